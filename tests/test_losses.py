@@ -1,0 +1,116 @@
+"""Softmax cross-entropy: value and gradient against PyTorch and finite differences."""
+
+import numpy as np
+import pytest
+import torch
+
+from transformer_np.losses import CrossEntropyLoss, cross_entropy, log_softmax
+
+
+def _torch_ce(logits, targets, ignore_index, eps):
+    z = torch.tensor(logits, requires_grad=True)
+    kw = {"label_smoothing": eps}
+    if ignore_index is not None:
+        kw["ignore_index"] = ignore_index
+    loss = torch.nn.functional.cross_entropy(
+        z.reshape(-1, logits.shape[-1]), torch.tensor(targets).reshape(-1), **kw
+    )
+    loss.backward()
+    return loss.item(), z.grad.numpy()
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("ignore_index", [None, 0, -100])
+def test_cross_entropy_matches_torch_value_and_gradient(eps, ignore_index):
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 7, 11)) * 3
+    targets = rng.integers(1, 11, size=(3, 7))
+    if ignore_index is not None:
+        targets[:, 5:] = ignore_index  # padded tail
+    loss, grad = cross_entropy(logits, targets, ignore_index=ignore_index, label_smoothing=eps)
+    ref_loss, ref_grad = _torch_ce(logits, targets, ignore_index, eps)
+    print("mine", loss, "torch", ref_loss)
+    assert abs(loss - ref_loss) <= 1e-12
+    np.testing.assert_allclose(grad, ref_grad, atol=1e-14)
+
+
+def test_cross_entropy_gradient_matches_finite_differences():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(4, 6))
+    targets = np.array([2, 0, -1, 5])
+    _, grad = cross_entropy(logits, targets, ignore_index=-1, label_smoothing=0.2)
+    h = 1e-6
+    num = np.zeros_like(logits)
+    for idx in np.ndindex(logits.shape):
+        lp, lm = logits.copy(), logits.copy()
+        lp[idx] += h
+        lm[idx] -= h
+        fp = cross_entropy(lp, targets, ignore_index=-1, label_smoothing=0.2)[0]
+        fm = cross_entropy(lm, targets, ignore_index=-1, label_smoothing=0.2)[0]
+        num[idx] = (fp - fm) / (2 * h)
+    rel = np.abs(grad - num).max() / np.abs(num).max()
+    assert rel <= 1e-6
+
+
+def test_padding_rows_get_zero_gradient_and_do_not_change_the_loss():
+    rng = np.random.default_rng(2)
+    logits = rng.normal(size=(2, 5, 4))
+    targets = np.array([[1, 2, 3, 0, 0], [3, 0, 0, 0, 0]])
+    loss, grad = cross_entropy(logits, targets, ignore_index=0)
+    kept = targets != 0
+    loss_kept, _ = cross_entropy(logits[kept], targets[kept])
+    assert loss == pytest.approx(loss_kept, abs=1e-15)
+    assert np.all(grad[~kept] == 0)
+
+
+def test_all_ignored_gives_zero_loss_not_nan():
+    loss, grad = cross_entropy(np.ones((2, 3)), np.array([-100, -100]), ignore_index=-100)
+    assert loss == 0.0 and np.all(grad == 0)
+
+
+def test_float32_in_float32_gradient_out_and_stable_for_huge_logits():
+    logits = np.array([[1e4, 0.0, -1e4]], dtype=np.float32)
+    loss, grad = cross_entropy(logits, np.array([2]))
+    assert np.isfinite(loss) and loss == pytest.approx(2e4)
+    assert grad.dtype == np.float32
+
+
+def test_log_softmax_is_stable():
+    out = log_softmax(np.array([1000.0, 0.0]))
+    assert np.all(np.isfinite(out))
+
+
+def test_layer_interface_forward_backward():
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(2, 3, 5))
+    targets = rng.integers(0, 5, size=(2, 3))
+    fn = CrossEntropyLoss(label_smoothing=0.1)
+    loss = fn(logits, targets)
+    ref, grad = cross_entropy(logits, targets, label_smoothing=0.1)
+    assert loss == ref
+    np.testing.assert_array_equal(fn.backward(), grad)
+    np.testing.assert_allclose(fn.backward(2.0), 2 * grad)
+
+
+@pytest.mark.parametrize(
+    ("targets", "match"),
+    [
+        (np.array([0, 5]), r"targets must be class ids in \[0, 5\)"),
+        (np.array([-1, 1]), r"targets must be class ids"),
+        (np.array([0, 1, 2]), r"logits must have shape targets.shape \+ \(V,\)"),
+    ],
+)
+def test_bad_targets_raise_clear_errors(targets, match):
+    with pytest.raises(ValueError, match=match):
+        cross_entropy(np.zeros((2, 5)), targets)
+
+
+def test_bad_types_and_smoothing_raise():
+    with pytest.raises(TypeError, match="targets must be an integer array"):
+        cross_entropy(np.zeros((2, 5)), np.array([0.0, 1.0]))
+    with pytest.raises(TypeError, match="logits must be a floating-point"):
+        cross_entropy(np.zeros((2, 5), dtype=int), np.array([0, 1]))
+    with pytest.raises(ValueError, match="label_smoothing"):
+        cross_entropy(np.zeros((2, 5)), np.array([0, 1]), label_smoothing=1.0)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        cross_entropy(np.array([[np.nan, 0.0]]), np.array([0]))
