@@ -1,0 +1,162 @@
+"""Shared input checks.
+
+Every public function and layer of the package validates its inputs with these helpers, so
+that bad input gives a ``ValueError`` or ``TypeError`` that names the argument, says what was
+expected and shows what was received, instead of an obscure NumPy traceback or a silent NaN.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+__all__ = [
+    "as_float_array",
+    "check_broadcastable",
+    "check_dtype",
+    "check_finite",
+    "check_last_dim",
+    "check_ndim",
+    "check_positive_float",
+    "check_positive_int",
+    "check_rng",
+    "compute_dtype",
+    "shape_str",
+]
+
+
+def shape_str(shape) -> str:
+    """Format a shape as ``(2, 5, 8)`` (also for 1-tuples and empty tuples)."""
+    return "(" + ", ".join(str(int(s)) for s in shape) + ")"
+
+
+def check_positive_int(value, name: str) -> int:
+    """Return ``value`` as a Python int if it is an integer > 0, else raise.
+
+    ``bool`` is rejected (``True`` is not a size), NumPy integers are accepted.
+    """
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"{name} must be a positive integer, got {value!r} ({type(value).__name__})"
+        )
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value}")
+    return int(value)
+
+
+def check_positive_float(value, name: str) -> float:
+    """Return ``value`` as a Python float if it is a finite real number > 0, else raise."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a positive number, got {value!r} ({type(value).__name__})")
+    value = float(value)
+    if not np.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {value}")
+    return value
+
+
+def check_dtype(dtype, name: str = "dtype") -> np.dtype:
+    """Return ``np.dtype(dtype)`` if it is float32 or float64 (the parameter dtypes), else raise."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"{name} must be np.float32 or np.float64, got {dtype!r}") from exc
+    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"{name} must be np.float32 or np.float64, got {dt}")
+    return dt
+
+
+def check_rng(rng) -> np.random.Generator:
+    """Return a Generator: ``rng`` itself, a fresh one for None, or one seeded by an int."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if rng is None or (isinstance(rng, numbers.Integral) and not isinstance(rng, bool)):
+        return np.random.default_rng(rng)
+    raise TypeError(
+        f"rng must be a np.random.Generator, an int seed or None, got {type(rng).__name__}"
+    )
+
+
+def as_float_array(x, name: str) -> np.ndarray:
+    """Return ``x`` as a floating-point ndarray (no copy if it already is one), else TypeError.
+
+    Integer, boolean, complex and non-numeric inputs are rejected: the maths of the package is
+    defined on real floating-point values, and a silent cast would hide a bug in the caller.
+    """
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a floating-point array, got {type(x).__name__}") from exc
+    if arr.dtype.kind != "f":
+        hint = " (convert it with .astype(np.float32) or np.float64)"
+        raise TypeError(
+            f"{name} must be a floating-point array (float16, float32 or float64), "
+            f"got dtype {arr.dtype}" + (hint if arr.dtype.kind in "iub" else "")
+        )
+    return arr
+
+
+def compute_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype the computation runs in: float16 is computed in float32, others as they are."""
+    return np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)
+
+
+def check_finite(x: np.ndarray, name: str, *, allow_neg_inf: bool = False) -> None:
+    """Raise ValueError if ``x`` holds NaN or +-inf (or only NaN/+inf when ``allow_neg_inf``).
+
+    The fast path is a single sum: a finite sum proves that no NaN or inf is present (NaN and
+    inf propagate through addition). Only when the sum is not finite (a bad value, or an
+    overflow of large finite values) is the element-wise check run.
+    """
+    if x.size == 0:
+        return
+    if not allow_neg_inf:
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = np.add.reduce(x, axis=None)
+        if np.isfinite(total):
+            return
+        bad = ~np.isfinite(x)
+        if not bad.any():
+            return
+        what = "NaN" if np.isnan(x).any() else "inf"
+    else:
+        bad = np.isnan(x) | np.isposinf(x)
+        if not bad.any():
+            return
+        what = "NaN" if np.isnan(x).any() else "+inf"
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    raise ValueError(
+        f"{name} contains {what} ({int(bad.sum())} of {x.size} values, first at index {first}); "
+        "expected finite values" + (" (-inf is allowed)" if allow_neg_inf else "")
+    )
+
+
+def check_ndim(x: np.ndarray, name: str, ndims, meaning: str) -> None:
+    """Raise ValueError unless ``x.ndim`` is in ``ndims``; ``meaning`` describes the shapes."""
+    if x.ndim not in ndims:
+        raise ValueError(
+            f"{name} must be {meaning}, "
+            f"got an array of rank {x.ndim} with shape {shape_str(x.shape)}"
+        )
+
+
+def check_last_dim(x: np.ndarray, name: str, expected: int, what: str) -> None:
+    """Raise ValueError unless the last axis of ``x`` has length ``expected``."""
+    if x.shape[-1] != expected:
+        raise ValueError(
+            f"{name} must have last dimension {what} = {expected}, "
+            f"got shape {shape_str(x.shape)} (last dimension {x.shape[-1]})"
+        )
+
+
+def check_broadcastable(shape, target, name: str, target_desc: str) -> None:
+    """Raise ValueError unless an array of ``shape`` broadcasts to exactly ``target``."""
+    try:
+        ok = np.broadcast_shapes(tuple(shape), tuple(target)) == tuple(target)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{name} of shape {shape_str(shape)} does not broadcast to {target_desc} "
+            f"{shape_str(target)}"
+        )

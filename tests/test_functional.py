@@ -1,0 +1,214 @@
+"""Unit tests of the pure functions: softmax, relu, erf, gelu, masks, layer_norm.
+
+The PyTorch comparisons are in test_reference_torch.py; here the references are the Python
+standard library (math.erf, math.erfc) and direct formulas.
+"""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from transformer_np import causal_mask, erf, gelu, layer_norm, padding_mask, relu, softmax
+
+# ------------------------------------------------------------------ softmax
+
+
+def test_softmax_matches_direct_formula():
+    x = np.array([[1.0, 2.0, 3.0], [0.5, -1.0, 0.0]])
+    e = np.exp(x)
+    np.testing.assert_allclose(softmax(x), e / e.sum(axis=-1, keepdims=True), rtol=1e-15)
+
+
+def test_softmax_does_not_overflow_on_large_scores():
+    x = np.array([1000.0, 1001.0, 1002.0])
+    p = softmax(x)
+    assert np.all(np.isfinite(p))
+    np.testing.assert_allclose(p, softmax(x - 1000.0), rtol=1e-15)
+
+
+def test_softmax_along_another_axis_sums_to_one_there():
+    x = np.random.default_rng(0).standard_normal((3, 4, 5))
+    p = softmax(x, axis=1)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, rtol=1e-14)
+    np.testing.assert_allclose(p, np.moveaxis(softmax(np.moveaxis(x, 1, -1)), -1, 1))
+
+
+def test_softmax_gives_exact_zero_to_minus_inf():
+    p = softmax(np.array([0.0, -np.inf, 1.0]))
+    assert p[1] == 0.0
+    np.testing.assert_allclose(p.sum(), 1.0)
+
+
+def test_softmax_of_an_all_minus_inf_row_is_zeros_not_nan():
+    x = np.array([[-np.inf, -np.inf], [0.0, 0.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "invalid value" RuntimeWarning either
+        p = softmax(x)
+    np.testing.assert_array_equal(p, [[0.0, 0.0], [0.5, 0.5]])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_softmax_keeps_the_input_dtype(dtype):
+    p = softmax(np.array([1.0, 2.0], dtype=dtype))
+    assert p.dtype == dtype
+
+
+def test_softmax_leaves_its_input_unchanged():
+    x = np.array([1.0, 2.0, 3.0])
+    softmax(x)
+    np.testing.assert_array_equal(x, [1.0, 2.0, 3.0])
+
+
+# ------------------------------------------------------------------ relu
+
+
+def test_relu_zeroes_negatives_and_keeps_dtype():
+    y = relu(np.array([-2.0, -0.0, 0.5, 3.0], dtype=np.float32))
+    np.testing.assert_array_equal(y, [0.0, 0.0, 0.5, 3.0])
+    assert y.dtype == np.float32
+
+
+# ------------------------------------------------------------------ erf
+
+
+def test_erf_float64_matches_math_erf_to_a_few_ulp():
+    x = np.concatenate([np.linspace(-7, 7, 20001), [1e-300, -1e-10, 0.999999, 1.0, 1.000001]])
+    mine = erf(x)
+    ref = np.array([math.erf(v) for v in x])
+    rel = np.abs(mine - ref) / np.maximum(np.abs(ref), 1e-300)
+    print("max rel err", rel.max(), "at", x[rel.argmax()])
+    assert rel.max() <= 1e-15
+
+
+def test_erf_float32_is_correctly_rounded_or_one_ulp_off():
+    x = np.linspace(-5, 5, 10001, dtype=np.float32)
+    mine = erf(x)
+    assert mine.dtype == np.float32
+    ref = np.array([math.erf(float(v)) for v in x])
+    ulp = np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
+    assert np.all(np.abs(mine - ref) <= ulp)
+
+
+def test_erf_is_odd_and_saturates_at_infinity():
+    x = np.linspace(0, 6, 1001)
+    np.testing.assert_array_equal(erf(-x), -erf(x))
+    np.testing.assert_array_equal(erf(np.array([-np.inf, np.inf, 40.0])), [-1.0, 1.0, 1.0])
+
+
+# ------------------------------------------------------------------ gelu
+
+
+def _gelu_ref(x):
+    """Exact GELU in float64 from math.erfc, accurate also where x * Phi(x) is tiny."""
+    return np.array([0.5 * v * math.erfc(-v / math.sqrt(2.0)) for v in np.asarray(x, np.float64)])
+
+
+def test_gelu_float64_matches_math_erfc_formula():
+    x = np.concatenate([np.linspace(-12, 12, 24001), [-40.0, 40.0, 1e-8, -1e-8]])
+    mine, ref = gelu(x), _gelu_ref(x)
+    err = np.abs(mine - ref)
+    print("max abs err", err.max(), "at", x[err.argmax()])
+    assert np.all(err <= 1e-15 * np.maximum(1.0, np.abs(x)))
+    # relative accuracy also in the negative tail, where 1 + erf(x / sqrt 2) would cancel
+    tail = (x < -1) & (x > -30)
+    assert np.all(err[tail] <= 1e-13 * np.abs(ref[tail]))
+
+
+def test_gelu_float32_error_is_within_float32_rounding():
+    x = np.linspace(-12, 12, 48001).astype(np.float32)
+    mine = gelu(x)
+    assert mine.dtype == np.float32
+    ref = _gelu_ref(x)  # at the float32 inputs, in float64
+    err = np.abs(mine - ref)
+    # absolute: within one float32 spacing of the result (or of 1e-7 near zero)
+    assert np.all(err <= np.maximum(np.spacing(np.abs(ref).astype(np.float32)), 1.2e-7))
+    # relative, for x > -10 (beyond, the result is below 8e-23 in magnitude)
+    sel = (x > -10) & (x != 0)
+    rel = err[sel] / np.abs(ref[sel])
+    print("max rel err", rel.max())
+    assert rel.max() <= 3e-6
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_large_array_uses_chunks_and_threads_and_matches_small_calls(dtype):
+    # more elements than one chunk and than the threading threshold, odd size
+    x = (np.random.default_rng(0).standard_normal(300_007) * 3).astype(dtype)
+    big = gelu(x)
+    pieces = np.concatenate([gelu(x[i : i + 1000]) for i in range(0, x.size, 1000)])
+    np.testing.assert_array_equal(big, pieces)
+
+
+def test_gelu_accepts_non_contiguous_input_and_keeps_its_shape():
+    x = np.random.default_rng(1).standard_normal((6, 8))
+    y = gelu(x.T)
+    assert y.shape == (8, 6)
+    np.testing.assert_allclose(y, _gelu_ref(x.T.ravel()).reshape(8, 6), rtol=1e-14, atol=1e-16)
+
+
+def test_gelu_tanh_approximation_matches_its_formula():
+    x = np.linspace(-6, 6, 101)
+    ref = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    np.testing.assert_allclose(gelu(x, approximate=True), ref, rtol=1e-14, atol=1e-16)
+    np.testing.assert_array_equal(gelu(x, approximate="tanh"), gelu(x, approximate=True))
+    np.testing.assert_array_equal(gelu(x, approximate="none"), gelu(x))
+
+
+def test_gelu_float16_is_computed_and_returned():
+    y = gelu(np.array([-1.0, 0.0, 1.0], dtype=np.float16))
+    assert y.dtype == np.float16
+    np.testing.assert_allclose(y, [-0.1587, 0.0, 0.8413], atol=1e-3)
+
+
+# ------------------------------------------------------------------ masks
+
+
+def test_causal_mask_is_lower_triangular_bool():
+    m = causal_mask(4)
+    assert m.dtype == bool and m.shape == (4, 4)
+    for i in range(4):
+        for j in range(4):
+            assert m[i, j] == (j <= i)
+
+
+def test_causal_mask_of_length_one_allows_the_token_itself():
+    np.testing.assert_array_equal(causal_mask(1), [[True]])
+
+
+def test_padding_mask_marks_real_tokens_with_multihead_shape():
+    m = padding_mask(np.array([3, 1, 0]), max_len=4)
+    assert m.shape == (3, 1, 1, 4) and m.dtype == bool
+    np.testing.assert_array_equal(m[:, 0, 0], [[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
+
+
+def test_padding_mask_default_length_is_the_longest_sequence():
+    assert padding_mask([2, 5, 3]).shape == (3, 1, 1, 5)
+
+
+# ------------------------------------------------------------------ layer_norm
+
+
+def test_layer_norm_matches_direct_formula_with_affine():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 8)) * 4 + 1
+    g, b = rng.standard_normal(8), rng.standard_normal(8)
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    ref = (x - mu) / np.sqrt(var + 1e-5) * g + b
+    np.testing.assert_allclose(layer_norm(x, g, b), ref, rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layer_norm_keeps_dtype_and_normalises(dtype):
+    x = np.random.default_rng(2).standard_normal((5, 16)).astype(dtype) * 3
+    y = layer_norm(x, np.ones(16, dtype), np.zeros(16, dtype), eps=1e-12)
+    assert y.dtype == dtype
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(y.mean(-1), 0.0, atol=tol)
+    np.testing.assert_allclose(y.var(-1), 1.0, atol=tol * 10)
+
+
+def test_layer_norm_of_a_constant_row_is_beta_not_nan():
+    y = layer_norm(np.full((1, 4), 7.0), np.ones(4), np.arange(4.0))
+    np.testing.assert_array_equal(y, [[0.0, 1.0, 2.0, 3.0]])
