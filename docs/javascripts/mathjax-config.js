@@ -9,9 +9,11 @@ window.MathJax = {
   },
   options: {
     // Typeset only formulas: arithmatex output, and the rendered Markdown cells of notebooks
-    // (mkdocs-jupyter keeps their raw $...$).
-    ignoreHtmlClass: ".*|",
-    processHtmlClass: "arithmatex|jp-RenderedMarkdown|jp-MarkdownOutput|jp-RenderedHTMLCommon",
+    // (mkdocs-jupyter keeps their raw $...$). Everything under Material's header and container is
+    // ignored unless it sits inside one of those. (Material's usual `ignoreHtmlClass: ".*|"` would
+    // also ignore the <p> inside a notebook cell: an ignored class is checked on every element.)
+    ignoreHtmlClass: "md-header|md-container",
+    processHtmlClass: "arithmatex|jp-RenderedMarkdown|jp-MarkdownOutput",
   },
 };
 

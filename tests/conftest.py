@@ -1,0 +1,82 @@
+"""Shared fixtures: the built site (built once per test session) and a local server for it."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+@dataclass(frozen=True)
+class BuiltSite:
+    path: Path
+    returncode: int
+    log: str
+
+
+@pytest.fixture(scope="session")
+def site_port() -> int:
+    """A free port on 127.0.0.1 for the test server (the site is built for that address)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def built_site(site_port) -> BuiltSite:
+    """``mkdocs build --strict`` of the whole site into test-artifacts/site.
+
+    The base URL is the address the browser tests serve it at, as on a real deployment: Material's
+    language switcher matches the sitemap's addresses against the page's own.
+    """
+    site = ARTIFACTS / "site"
+    # (MPLBACKEND is left alone: notebook kernels need their inline backend to show plots.)
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    env.pop("MPLBACKEND", None)
+    env["SITE_URL"] = f"http://127.0.0.1:{site_port}/"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--clean", "-d", str(site)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    return BuiltSite(path=site, returncode=proc.returncode, log=proc.stdout + proc.stderr)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - signature of the base class
+        pass
+
+
+@pytest.fixture(scope="session")
+def site_url(built_site, site_port):
+    """The built site served on 127.0.0.1 (a free port), for the browser tests."""
+    if built_site.returncode != 0:
+        pytest.fail(f"the site did not build:\n{built_site.log[-5000:]}")
+    handler = functools.partial(_QuietHandler, directory=str(built_site.path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", site_port), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    shots = ARTIFACTS / "screenshots"
+    if shots.is_dir() and any(shots.rglob("*.png")):
+        n = sum(1 for _ in shots.rglob("*.png"))
+        terminalreporter.write_line(f"browser screenshots ({n} pages): {shots}")

@@ -1,0 +1,35 @@
+"""Every figure of the site is drawn by code, in both languages, and each one is referenced."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import pytest
+
+from doctools import DOCS, LANGUAGES, ROOT, pages, read_page
+
+spec = importlib.util.spec_from_file_location("site_figures_hook", ROOT / "hooks" / "figures.py")
+figures_hook = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(figures_hook)
+
+FIGURES = figures_hook.figure_modules()
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+@pytest.mark.parametrize("name", sorted(FIGURES))
+def test_figure_renders_to_svg(name, lang):
+    svg = figures_hook.render_svg(FIGURES[name], lang)
+    assert svg.lstrip().startswith(b"<?xml") and b"<svg" in svg
+    assert b"http://" not in svg.replace(b"http://www.w3.org", b""), "the SVG links outside"
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_pages_show_only_figures_that_exist(lang):
+    missing = []
+    for path in pages(lang):
+        for target in re.findall(r"!\[[^\]]*\]\((figures/[^)\s]+)\.svg\)", read_page(path)):
+            name = target.split("/", 1)[1]
+            if name not in FIGURES:
+                missing.append(f"{path.relative_to(DOCS)}: {target}.svg (no figures/{name}.py)")
+    assert not missing, "\n".join(missing)
