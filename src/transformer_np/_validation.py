@@ -27,8 +27,8 @@ __all__ = [
 
 
 def shape_str(shape) -> str:
-    """Format a shape as ``(2, 5, 8)`` (also for 1-tuples and empty tuples)."""
-    return "(" + ", ".join(str(int(s)) for s in shape) + ")"
+    """Format a shape as Python does, ``(2, 5, 8)`` or ``(8,)``, also for NumPy integers."""
+    return str(tuple(int(s) for s in shape))
 
 
 def check_positive_int(value, name: str) -> int:

@@ -22,6 +22,7 @@ from ._validation import (
     shape_str,
 )
 from .functional import softmax_inplace
+from .layers import _backward_cache, _check_grad, _zero_grads
 
 __all__ = ["MultiHeadAttention", "scaled_dot_product_attention"]
 
@@ -121,7 +122,8 @@ def _sdpa(q, k, v, mask=None, bias=None):
     d_k = q.shape[-1]
     # 1. scores = q k^T, with the 1/sqrt(d_k) scale folded into q (n_q*d_k products, not n_q*n_k)
     scale = q.dtype.type(1.0 / math.sqrt(d_k))
-    scores = np.matmul(q * scale, np.swapaxes(k, -1, -2))  # (..., n_q, d_k) -> (..., n_q, n_k)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected in step 4
+        scores = np.matmul(q * scale, np.swapaxes(k, -1, -2))  # (..., n_q, d_k) -> (..., n_q, n_k)
     # 2. additive bias (e.g. relative positions, or a padding mask written as 0 / -inf)
     if bias is not None:
         scores += bias
@@ -280,6 +282,7 @@ class MultiHeadAttention:
         if bias:
             for name in ("b_q", "b_k", "b_v", "b_o"):
                 self.params[name] = np.zeros(d_model, dtype)
+        self.grads = {}  # filled by backward(), same keys as params
         self._cache = None
 
     def __repr__(self):
@@ -419,3 +422,94 @@ class MultiHeadAttention:
         if squeeze:
             out, weights = out[0], weights[0]  # (1, T, D) -> (T, D), (1, H, T, S) -> (H, T, S)
         return out.astype(out_dtype, copy=False), weights.astype(out_dtype, copy=False)
+
+    def backward(self, grad_output):
+        r"""Backward pass of the last call.
+
+        Parameters
+        ----------
+        grad_output : ndarray of shape (B, T, D) or (T, D)
+            dL/d(output) (the gradient of the first returned array; the weights are treated as
+            a by-product, not an output to differentiate).
+
+        Returns
+        -------
+        ndarray of shape (B, T, D), or a tuple of two
+            Self-attention: dL/dx, the three paths (query, key, value) summed. Cross-attention
+            (``x_kv`` given): ``(dL/dx_q, dL/dx_kv)`` with shapes (B, T, D) and (B, S, D).
+            ``self.grads`` gets every key of ``params``.
+
+        Notes
+        -----
+        Per head, with :math:`S = Q K^\top / \sqrt{d_k}`, :math:`A = \mathrm{softmax}(S)` (rows)
+        and :math:`O = A V`; :math:`G = \partial L / \partial O`:
+
+        .. math::
+            \frac{\partial L}{\partial V} = A^\top G, \qquad
+            \frac{\partial L}{\partial A} = G V^\top, \\
+            \frac{\partial L}{\partial S_{ij}} = A_{ij}\left(\frac{\partial L}{\partial A_{ij}}
+                - \sum_k A_{ik} \frac{\partial L}{\partial A_{ik}}\right), \\
+            \frac{\partial L}{\partial Q} = \frac{1}{\sqrt{d_k}}
+                \frac{\partial L}{\partial S} K, \qquad
+            \frac{\partial L}{\partial K} = \frac{1}{\sqrt{d_k}}
+                \left(\frac{\partial L}{\partial S}\right)^\top Q
+
+        The third line is the softmax Jacobian :math:`\partial A_{ij} / \partial S_{il} =
+        A_{ij} (\delta_{jl} - A_{il})` applied row by row, never built as a matrix. A blocked
+        key has :math:`A_{ij} = 0`, so its score gets gradient exactly 0 (a mask is a constant).
+        The projections are Linear maps: :math:`\partial L / \partial W^Q = X_q^\top
+        (\partial L / \partial Q)` and so on, with the heads merged back to (B*T, D).
+        """
+        c = _backward_cache(self, "MultiHeadAttention")
+        B, T, S = c["shape"]
+        H, Dh, D = self.n_heads, self.d_head, self.d_model
+        dt = c["dtype"]
+        g2 = _check_grad(grad_output, (T, D) if c["squeeze"] else (B, T, D), dt)
+        g2 = g2.reshape(B * T, D)  # (B, T, D) -> (B*T, D)
+        p = {name: w.astype(dt, copy=False) for name, w in self.params.items()}
+        grads = {}
+        # 4. output projection: out = context @ W_o + b_o
+        grads["W_o"] = c["context"].T @ g2  # (D, B*T) @ (B*T, D) -> (D, D)
+        if self.has_bias:
+            grads["b_o"] = g2.sum(axis=0)
+        dctx = g2 @ p["W_o"].T  # (B*T, D) @ (D, D) -> (B*T, D)
+        dctx = dctx.reshape(B, T, H, Dh).transpose(0, 2, 1, 3)  # (B*T, D) -> (B, H, T, Dh)
+        # 3. attention: ctx = w @ v, w = softmax(s), s = (q / sqrt(Dh)) @ k^T (+ bias, mask)
+        w, q, k, v = c["weights"], c["q"], c["k"], c["v"]
+        dv = np.swapaxes(w, -1, -2) @ dctx  # (B, H, S, T) @ (B, H, T, Dh) -> (B, H, S, Dh)
+        ds = dctx @ np.swapaxes(v, -1, -2)  # (B, H, T, Dh) @ (B, H, Dh, S) -> (B, H, T, S)
+        # softmax Jacobian, row by row: ds_j = w_j (dw_j - sum_i w_i dw_i)
+        ds -= np.einsum("...ij,...ij->...i", ds, w)[..., None]  # (B, H, T, S) - (B, H, T, 1)
+        ds *= w
+        ds *= dt.type(1.0 / math.sqrt(Dh))  # the scale folded into q in the forward pass
+        dq = ds @ k  # (B, H, T, S) @ (B, H, S, Dh) -> (B, H, T, Dh)
+        dk = np.swapaxes(ds, -1, -2) @ q  # (B, H, S, T) @ (B, H, T, Dh) -> (B, H, S, Dh)
+        # 2. merge the heads back
+        dq = dq.transpose(0, 2, 1, 3).reshape(B * T, D)  # (B, H, T, Dh) -> (B*T, D)
+        dk = dk.transpose(0, 2, 1, 3).reshape(B * S, D)  # (B, H, S, Dh) -> (B*S, D)
+        dv = dv.transpose(0, 2, 1, 3).reshape(B * S, D)  # (B, H, S, Dh) -> (B*S, D)
+        # 1. input projections
+        xq2, xkv2 = c["x_q"], c["x_kv"]  # (B*T, D), (B*S, D)
+        grads["W_q"] = xq2.T @ dq  # (D, B*T) @ (B*T, D) -> (D, D)
+        grads["W_k"] = xkv2.T @ dk  # (D, B*S) @ (B*S, D) -> (D, D)
+        grads["W_v"] = xkv2.T @ dv
+        if self.has_bias:
+            grads["b_q"] = dq.sum(axis=0)
+            grads["b_k"] = dk.sum(axis=0)
+            grads["b_v"] = dv.sum(axis=0)
+        self.grads = {
+            name: grads[name].astype(self.params[name].dtype, copy=False) for name in self.params
+        }
+        dxq = dq @ p["W_q"].T  # (B*T, D) @ (D, D) -> (B*T, D)
+        dxkv = dk @ p["W_k"].T  # (B*S, D)
+        dxkv += dv @ p["W_v"].T
+        q_shape = (T, D) if c["squeeze"] else (B, T, D)
+        if c["self_attention"]:
+            dxq += dxkv  # x is query, key and value at once: the three paths add up
+            return dxq.reshape(q_shape)
+        kv_shape = (S, D) if c["squeeze"] else (B, S, D)
+        return dxq.reshape(q_shape), dxkv.reshape(kv_shape)
+
+    def zero_grad(self):
+        """Set ``grads`` to zeros shaped like ``params``."""
+        _zero_grads(self)

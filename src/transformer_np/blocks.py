@@ -97,9 +97,9 @@ class EncoderBlock:
         self.norm2 = LayerNorm(d_model, eps, dtype=dtype)
         self.d_model, self.n_heads, self.d_ff = self.attn.d_model, self.attn.n_heads, self.ff.d_ff
         self.norm_first = bool(norm_first)
-        self.params = NestedParams(
-            {"attn": self.attn, "norm1": self.norm1, "ff": self.ff, "norm2": self.norm2}
-        )
+        children = {"attn": self.attn, "norm1": self.norm1, "ff": self.ff, "norm2": self.norm2}
+        self.params = NestedParams(children)
+        self.grads = NestedParams(children, "grads")  # filled by backward()
         self.attention_weights = None
 
     def __repr__(self):
@@ -143,3 +143,38 @@ class EncoderBlock:
             y = self.norm2(h + self.ff(h))
         self.attention_weights = w
         return y
+
+    def backward(self, grad_output):
+        r"""Backward pass of the last call.
+
+        Parameters
+        ----------
+        grad_output : ndarray of the shape of the last output
+            dL/dy.
+
+        Returns
+        -------
+        ndarray of the shape of ``x``
+            dL/dx. ``self.grads`` (a live view like ``params``) holds every sub-layer's gradient.
+
+        Notes
+        -----
+        A residual connection :math:`y = x + F(x)` passes the gradient through unchanged and
+        adds the branch's: :math:`\partial L/\partial x = g + J_F^\top g`. Post-LN goes back
+        through :math:`\mathrm{LN}_2`, the feed-forward residual, :math:`\mathrm{LN}_1`, the
+        attention residual; pre-LN through the two residuals, each branch starting with its
+        layer norm.
+        """
+        g = grad_output
+        if self.norm_first:
+            dh = g + self.norm2.backward(self.ff.backward(g))  # y = h + ff(norm2(h))
+            return dh + self.norm1.backward(self.attn.backward(dh))  # h = x + attn(norm1(x))
+        dz2 = self.norm2.backward(g)  # y = norm2(z2), z2 = h + ff(h)
+        dh = dz2 + self.ff.backward(dz2)
+        dz1 = self.norm1.backward(dh)  # h = norm1(z1), z1 = x + attn(x)
+        return dz1 + self.attn.backward(dz1)
+
+    def zero_grad(self):
+        """Set every sub-layer's gradients to zero."""
+        for layer in (self.attn, self.norm1, self.ff, self.norm2):
+            layer.zero_grad()

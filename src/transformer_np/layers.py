@@ -26,7 +26,7 @@ from ._validation import (
     compute_dtype,
     shape_str,
 )
-from .functional import _gelu_exact, layer_norm_forward
+from .functional import _erf64, _gelu_exact, layer_norm_forward
 
 __all__ = ["Embedding", "FeedForward", "LayerNorm", "Linear", "NestedParams"]
 
@@ -98,6 +98,36 @@ def _check_param_shapes(params, expected: dict, layer: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# backward-pass helpers
+
+
+def _backward_cache(layer, name: str) -> dict:
+    """The forward cache of ``layer``, or a clear error if there was no forward pass."""
+    cache = getattr(layer, "_cache", None)
+    if cache is None:
+        raise RuntimeError(f"{name}.backward was called before a forward pass (no cache)")
+    return cache
+
+
+def _check_grad(grad_output, shape, dtype) -> np.ndarray:
+    """``grad_output`` as an array of the last output's ``shape``, in the compute ``dtype``."""
+    g = np.asarray(grad_output)
+    if g.dtype.kind != "f":
+        raise TypeError(f"grad_output must be a floating-point array, got dtype {g.dtype}")
+    if tuple(g.shape) != tuple(shape):
+        raise ValueError(
+            f"grad_output must have the shape of the last output {shape_str(shape)}, "
+            f"got {shape_str(g.shape)}"
+        )
+    return g.astype(dtype, copy=False)
+
+
+def _zero_grads(layer) -> None:
+    """``layer.grads[k] = zeros_like(layer.params[k])`` for every key."""
+    layer.grads = {k: np.zeros_like(p) for k, p in layer.params.items()}
+
+
+# --------------------------------------------------------------------------------------------
 
 
 class Linear:
@@ -152,6 +182,7 @@ class Linear:
         self.params = {"W": rng.uniform(-limit, limit, (self.d_in, self.d_out)).astype(dtype)}
         if bias:
             self.params["b"] = rng.uniform(-limit, limit, self.d_out).astype(dtype)
+        self.grads = {}  # filled by backward(), same keys as params
         self._cache = None
 
     def __repr__(self):
@@ -178,6 +209,44 @@ class Linear:
             y += self.params["b"].astype(dt, copy=False)
         self._cache = {"x": x2, "shape": x.shape}
         return y.reshape(*x.shape[:-1], self.d_out).astype(x.dtype, copy=False)
+
+    def backward(self, grad_output):
+        r"""Backward pass of the last call.
+
+        Parameters
+        ----------
+        grad_output : ndarray of shape (..., d_out)
+            dL/dy, the gradient of the loss with respect to the last output.
+
+        Returns
+        -------
+        ndarray of shape (..., d_in)
+            dL/dx. ``self.grads`` gets ``W`` (d_in, d_out) and ``b`` (d_out,), overwritten
+            (not accumulated) at every call.
+
+        Notes
+        -----
+        With the leading axes flattened (N rows):
+
+        .. math:: \frac{\partial L}{\partial W} = x^\top g, \qquad
+                  \frac{\partial L}{\partial b} = \sum_n g_n, \qquad
+                  \frac{\partial L}{\partial x} = g\, W^\top
+        """
+        cache = _backward_cache(self, "Linear")
+        x2 = cache["x"]  # (N, d_in)
+        out_shape = tuple(cache["shape"][:-1]) + (self.d_out,)
+        g2 = _check_grad(grad_output, out_shape, x2.dtype).reshape(-1, self.d_out)  # (N, d_out)
+        W = self.params["W"]
+        grads = {"W": (x2.T @ g2).astype(W.dtype, copy=False)}  # (d_in, N) @ (N, d_out)
+        if self.has_bias:
+            grads["b"] = g2.sum(axis=0).astype(self.params["b"].dtype, copy=False)
+        self.grads = grads
+        dx = g2 @ W.astype(x2.dtype, copy=False).T  # (N, d_out) @ (d_out, d_in) -> (N, d_in)
+        return dx.reshape(cache["shape"])  # (N, d_in) -> (..., d_in)
+
+    def zero_grad(self):
+        """Set ``grads`` to zeros shaped like ``params``."""
+        _zero_grads(self)
 
 
 # --------------------------------------------------------------------------------------------
@@ -224,6 +293,7 @@ class LayerNorm:
         self.eps = check_positive_float(eps, "eps")
         dtype = check_dtype(dtype)
         self.params = {"gamma": np.ones(self.d_model, dtype), "beta": np.zeros(self.d_model, dtype)}
+        self.grads = {}  # filled by backward(), same keys as params
         self._cache = None
 
     def __repr__(self):
@@ -244,8 +314,74 @@ class LayerNorm:
         self._cache = {"x_hat": x_hat, "rstd": rstd}
         return y.astype(x.dtype, copy=False)
 
+    def backward(self, grad_output):
+        r"""Backward pass of the last call.
+
+        Parameters
+        ----------
+        grad_output : ndarray of shape (..., D)
+            dL/dy.
+
+        Returns
+        -------
+        ndarray of shape (..., D)
+            dL/dx. ``self.grads`` gets ``gamma`` and ``beta`` (D,).
+
+        Notes
+        -----
+        With :math:`\hat x = (x - \mu)\, r`, :math:`r = 1/\sqrt{\sigma^2 + \epsilon}` and
+        :math:`\hat g = g \odot \gamma` (the gradient reaching :math:`\hat x`):
+
+        .. math:: \frac{\partial L}{\partial x} = r \left( \hat g - \overline{\hat g}
+                  - \hat x \; \overline{\hat g \odot \hat x} \right), \qquad
+                  \frac{\partial L}{\partial \gamma} = \sum_n g_n \odot \hat x_n, \qquad
+                  \frac{\partial L}{\partial \beta} = \sum_n g_n
+
+        where the bar is the mean over the D features: the two subtracted terms remove the
+        components along which the normalisation itself is invariant (a shift of all
+        features, and a rescaling).
+        """
+        cache = _backward_cache(self, "LayerNorm")
+        x_hat, rstd = cache["x_hat"], cache["rstd"]  # (..., D), (..., 1)
+        g = _check_grad(grad_output, x_hat.shape, x_hat.dtype)
+        D = self.d_model
+        g2, xh2 = g.reshape(-1, D), x_hat.reshape(-1, D)  # (N, D)
+        gamma = self.params["gamma"]
+        self.grads = {
+            "gamma": np.einsum("nd,nd->d", g2, xh2).astype(gamma.dtype, copy=False),
+            "beta": g2.sum(axis=0).astype(self.params["beta"].dtype, copy=False),
+        }
+        g_hat = g * gamma.astype(g.dtype, copy=False)  # dL/dx_hat, (..., D)
+        mean_g = g_hat.mean(axis=-1, keepdims=True)  # (..., D) -> (..., 1)
+        mean_gx = np.einsum("...d,...d->...", g_hat, x_hat)[..., None]  # (..., D) -> (..., 1)
+        mean_gx /= D
+        dx = g_hat - mean_g
+        dx -= x_hat * mean_gx
+        dx *= rstd
+        return dx
+
+    def zero_grad(self):
+        """Set ``grads`` to zeros shaped like ``params``."""
+        _zero_grads(self)
+
 
 # --------------------------------------------------------------------------------------------
+
+_INV_SQRT_2PI = 0.3989422804014327  # 1 / sqrt(2 pi)
+
+
+def _gelu_grad(h: np.ndarray) -> np.ndarray:
+    """d GELU(h) / dh = Phi(h) + h * phi(h), computed in float64, returned in ``h``'s dtype."""
+    h64 = h.astype(np.float64, copy=False)
+    cdf = _erf64(h64 * 0.7071067811865476)  # erf(h / sqrt(2))
+    cdf += 1.0
+    cdf *= 0.5
+    pdf = np.exp(-0.5 * h64 * h64)
+    pdf *= _INV_SQRT_2PI
+    pdf *= h64
+    cdf += pdf
+    return cdf.astype(h.dtype, copy=False)
+
 
 _ACTIVATIONS = ("relu", "gelu")
 
@@ -299,6 +435,7 @@ class FeedForward:
         self.linear1 = Linear(d_model, d_ff, rng=rng, dtype=dtype)
         self.linear2 = Linear(d_ff, d_model, rng=rng, dtype=dtype)
         self.params = NestedParams({"linear1": self.linear1, "linear2": self.linear2})
+        self.grads = NestedParams({"linear1": self.linear1, "linear2": self.linear2}, "grads")
         self._cache = None
 
     def __repr__(self):
@@ -319,9 +456,49 @@ class FeedForward:
         else:
             a = _gelu_exact(h)
         y = self.linear2._forward(a)  # (..., d_ff) -> (..., D)
-        self._cache = {"h": h}
+        self._cache = {"h": h.reshape(-1, self.d_ff)}  # (..., d_ff) -> (N, d_ff), a view
         check_finite(y, "the FeedForward output (the activations overflowed)")
         return y.astype(out_dtype, copy=False)
+
+    def backward(self, grad_output):
+        r"""Backward pass of the last call.
+
+        Parameters
+        ----------
+        grad_output : ndarray of shape (..., D)
+            dL/dy.
+
+        Returns
+        -------
+        ndarray of shape (..., D)
+            dL/dx. ``self.grads`` (a live view like ``params``) holds the gradients of both
+            Linear layers.
+
+        Notes
+        -----
+        With :math:`h = x W_1 + b_1` the hidden pre-activation and :math:`\delta = g W_2^\top`:
+
+        .. math:: \frac{\partial L}{\partial h} = \delta \odot \mathrm{act}'(h), \qquad
+                  \mathrm{ReLU}'(h) = [h > 0], \qquad
+                  \mathrm{GELU}'(h) = \Phi(h) + h\, \varphi(h)
+
+        with :math:`\Phi` and :math:`\varphi` the standard normal CDF and density.
+        """
+        cache = _backward_cache(self, "FeedForward")
+        h = cache["h"]
+        da = self.linear2.backward(grad_output)  # (..., D) -> (..., d_ff)
+        shape = da.shape
+        da = da.reshape(h.shape)
+        if self.activation == "relu":
+            dh = da * (h > 0)
+        else:
+            dh = da * _gelu_grad(h)
+        return self.linear1.backward(dh.reshape(shape))  # (..., d_ff) -> (..., D)
+
+    def zero_grad(self):
+        """Set the gradients of both Linear layers to zero."""
+        self.linear1.zero_grad()
+        self.linear2.zero_grad()
 
 
 # --------------------------------------------------------------------------------------------
@@ -374,6 +551,7 @@ class Embedding:
         std = 1.0 / math.sqrt(self.d_model)
         W = std * rng.standard_normal((self.vocab_size, self.d_model))
         self.params = {"W": W.astype(dtype)}
+        self.grads = {}  # filled by backward(), same keys as params
         self._cache = None
 
     def __repr__(self):
@@ -406,3 +584,42 @@ class Embedding:
             out *= W.dtype.type(math.sqrt(self.d_model))
         self._cache = {"ids": ids}
         return out
+
+    def backward(self, grad_output):
+        r"""Backward pass of the last call.
+
+        Parameters
+        ----------
+        grad_output : ndarray of shape ids.shape + (D,)
+            dL/d(output).
+
+        Returns
+        -------
+        None
+            Token ids are integers: there is no gradient with respect to them.
+            ``self.grads["W"]`` (V, D) gets the gradient of the table.
+
+        Notes
+        -----
+        Row :math:`t` of the table receives the sum of the gradients at every position where
+        token :math:`t` occurs (times :math:`\sqrt{d_{\text{model}}}` when scaled); rows of
+        tokens absent from the batch get 0.
+
+        .. math:: \frac{\partial L}{\partial W_{t,:}} = \sqrt{d_{\text{model}}}
+                  \sum_{n:\ \mathrm{ids}_n = t} g_n
+        """
+        cache = _backward_cache(self, "Embedding")
+        ids = cache["ids"]
+        W = self.params["W"]
+        g = _check_grad(grad_output, ids.shape + (self.d_model,), W.dtype)
+        g2 = g.reshape(-1, self.d_model)  # (N, D)
+        if self.scale:
+            g2 = g2 * W.dtype.type(math.sqrt(self.d_model))
+        dW = np.zeros_like(W)
+        np.add.at(dW, ids.reshape(-1), g2)  # scatter-add: repeated ids accumulate
+        self.grads = {"W": dW}
+        return None
+
+    def zero_grad(self):
+        """Set ``grads`` to zeros shaped like ``params``."""
+        _zero_grads(self)
