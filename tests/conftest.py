@@ -77,6 +77,12 @@ def site_url(built_site, site_port):
 
 def pytest_terminal_summary(terminalreporter):
     shots = ARTIFACTS / "screenshots"
-    if shots.is_dir() and any(shots.rglob("*.png")):
+    ran_browser = any(
+        "test_browser.py" in report.nodeid
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if hasattr(report, "nodeid")
+    )
+    if ran_browser and shots.is_dir() and any(shots.rglob("*.png")):
         n = sum(1 for _ in shots.rglob("*.png"))
         terminalreporter.write_line(f"browser screenshots ({n} pages): {shots}")
