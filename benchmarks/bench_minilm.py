@@ -124,6 +124,11 @@ def main() -> None:
         default=str(DEFAULT_REF_PYTHON),
         help="Python of the venv with torch==2.13.0 and sentence-transformers",
     )
+    parser.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the results as JSON (e.g. benchmarks/results/minilm.json)",
+    )
     parser.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.torch_worker:
@@ -158,10 +163,7 @@ def main() -> None:
     diff = float(np.max(np.abs(ours_emb - np.asarray(torch_result["embeddings"]))))
     lengths = mask.sum(axis=1)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
-    try:
-        print("cpu:", _cpu_model())
-    except OSError:
-        pass
+    print("cpu:", _cpu_model())
     print(
         f"numpy {np.__version__}; torch {torch_result['torch']} "
         f"({torch_result['threads']} threads), sentence-transformers "
@@ -176,14 +178,50 @@ def main() -> None:
     print(f"sentence-transformers (torch): {torch_ms:8.2f} ms per encode")
     print(f"ratio ours / torch:            {ours_ms / torch_ms:8.2f}  (target <= 1.0)")
     print(f"max |ours - torch| embeddings: {diff:.2e}")
+    if args.json:
+        result = {
+            "command": "HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_minilm.py "
+            f"--reps {args.reps} --warmup {args.warmup}",
+            "date": time.strftime("%Y-%m-%d"),
+            "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "arch": platform.machine()},
+            "versions": {
+                "numpy": np.__version__,
+                "torch": torch_result["torch"],
+                "sentence_transformers": torch_result["sentence_transformers"],
+                "torch_threads": torch_result["threads"],
+            },
+            "input": {
+                "sentences": len(SENTENCES),
+                "tokens_min": int(lengths.min()),
+                "tokens_max": int(lengths.max()),
+                "tokens_mean": round(float(lengths.mean()), 1),
+                "padded_to": int(ids.shape[1]),
+                "dtype": "float32",
+            },
+            "reps": args.reps,
+            "warmup": args.warmup,
+            "ours_ms": round(ours_ms, 2),
+            "torch_ms": round(torch_ms, 2),
+            "ratio": round(ours_ms / torch_ms, 3),
+            "ours_times_ms": [round(t * 1e3, 2) for t in ours_times],
+            "torch_times_ms": [round(t * 1e3, 2) for t in torch_result["times"]],
+            "max_abs_diff": diff,
+        }
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {path}")
 
 
 def _cpu_model() -> str:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 if __name__ == "__main__":
