@@ -283,9 +283,11 @@ def _erfc_large64(z, exp_mz2=None):
         with np.errstate(over="ignore", under="ignore"):
             exp_mz2 = np.exp(-(z * z))  # underflows to 0 for z > 27
     zc = np.minimum(z, 30.0)  # keeps the polynomials finite; erfc(30) < 1e-392 is 0 anyway
-    mid = _polevl(zc, _ERFC_P) / _p1evl(zc, _ERFC_Q)  # 1 <= z < 8
-    far = _polevl(zc, _ERFC_R) / _p1evl(zc, _ERFC_S)  # z >= 8
-    return exp_mz2 * np.where(z < 8.0, mid, far)
+    ratio = _polevl(zc, _ERFC_P) / _p1evl(zc, _ERFC_Q)  # 1 <= z < 8
+    far = zc >= 8.0
+    if far.any():  # rare (|x| > 11 in GELU): only then evaluate the far-tail fraction
+        ratio = np.where(far, _polevl(zc, _ERFC_R) / _p1evl(zc, _ERFC_S), ratio)
+    return exp_mz2 * ratio
 
 
 def _erf64(x: np.ndarray) -> np.ndarray:
