@@ -16,12 +16,15 @@ environment variable ``TRANSFORMER_NP_NUM_THREADS`` (``1`` turns the threading o
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import itertools
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["num_threads", "parallel_for", "split_range"]
+__all__ = ["blas_single_threaded", "num_threads", "parallel_for", "row_blocks", "split_range"]
 
 _ENV_VAR = "TRANSFORMER_NP_NUM_THREADS"
 
@@ -74,7 +77,9 @@ def _run_share(fn: Callable, share: Sequence) -> None:
         _state.inside = outer
 
 
-def parallel_for(fn: Callable, pieces: Sequence, *, threads: int | None = None) -> None:
+def parallel_for(
+    fn: Callable, pieces: Sequence, *, threads: int | None = None, one_blas_thread: bool = False
+) -> None:
     """Call ``fn(piece)`` for every piece, spread over up to ``threads`` threads.
 
     The pieces must be independent (each writes its own part of an output array). The calling
@@ -90,6 +95,9 @@ def parallel_for(fn: Callable, pieces: Sequence, *, threads: int | None = None) 
         The work items, for example slices of an axis (see :func:`split_range`).
     threads : int, optional
         At most this many threads; default :func:`num_threads`.
+    one_blas_thread : bool, default False
+        When the pieces do matrix products and run on more than one thread: ask OpenBLAS to
+        run each product on its calling thread (see :func:`blas_single_threaded`).
     """
     pieces = list(pieces)
     t = min(num_threads() if threads is None else threads, len(pieces))
@@ -102,16 +110,17 @@ def parallel_for(fn: Callable, pieces: Sequence, *, threads: int | None = None) 
     shares = [pieces[i::t] for i in range(t)]
 
     pool = _get_pool(t - 1)
-    futures = [pool.submit(_run_share, fn, share) for share in shares[1:]]
     error = None
-    try:
-        _run_share(fn, shares[0])
-    except BaseException as exc:  # still wait for the workers before raising
-        error = exc
-    for future in futures:
-        exc = future.exception()
-        if exc is not None and error is None:
+    with blas_single_threaded() if one_blas_thread else contextlib.nullcontext():
+        futures = [pool.submit(_run_share, fn, share) for share in shares[1:]]
+        try:
+            _run_share(fn, shares[0])
+        except BaseException as exc:  # still wait for the workers before raising
             error = exc
+        for future in futures:
+            exc = future.exception()
+            if exc is not None and error is None:
+                error = exc
     if error is not None:
         raise error
 
@@ -127,3 +136,121 @@ def split_range(n: int, parts: int) -> list[slice]:
     parts = max(1, min(parts, n))
     bounds = [0] + [n - (n * (parts - i)) // parts for i in range(1, parts)] + [n]
     return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
+
+
+# A block of this many bytes (of float32 scores: 64 rows of 2048) stays in a core's L2 cache
+# between the steps that read and write it.
+BLOCK_BYTES = 1 << 18
+# Below this size (the whole problem), one vectorised pass beats the hand-off to threads.
+MIN_SPLIT_BYTES = 1 << 21
+
+
+def row_blocks(
+    lead: tuple[int, ...],
+    n_rows: int,
+    row_bytes: int,
+    *,
+    block_bytes: int = BLOCK_BYTES,
+    min_bytes: int = MIN_SPLIT_BYTES,
+) -> list[tuple[tuple, slice]] | None:
+    """Cut an array of shape ``lead + (n_rows, ...)`` into blocks of about ``block_bytes``.
+
+    Each block is ``(items, rows)``: ``items`` indexes the leading axes (ints, and a slice of
+    the last leading axis that groups several small matrices), ``rows`` is a slice of the row
+    axis; ``a[items][..., rows, :]`` is the block. Returns None if the whole array is smaller
+    than ``min_bytes`` (not worth splitting).
+
+    Examples
+    --------
+    >>> blocks = row_blocks((2,), 4, 1 << 16, block_bytes=1 << 17, min_bytes=0)
+    >>> len(blocks), blocks[1]
+    (4, ((slice(0, 1, None),), slice(2, 4, None)))
+    """
+    n_items = 1
+    for size in lead:
+        n_items *= size
+    if n_items * n_rows * row_bytes < max(min_bytes, 1):
+        return None
+    rows = max(1, min(n_rows, block_bytes // max(row_bytes, 1)))
+    row_slices = [slice(r, min(r + rows, n_rows)) for r in range(0, n_rows, rows)]
+    if not lead:
+        return [((), sl) for sl in row_slices]
+    # Whole matrices smaller than a block: take several of them along the last leading axis.
+    last = lead[-1]
+    group = 1 if rows < n_rows else max(1, min(last, block_bytes // max(n_rows * row_bytes, 1)))
+    blocks = []
+    for outer in itertools.product(*(range(size) for size in lead[:-1])):
+        for start in range(0, last, group):
+            items = outer + (slice(start, min(start + group, last)),)
+            blocks.extend((items, sl) for sl in row_slices)
+    return blocks
+
+
+# --------------------------------------------------------------------------------------------
+# OpenBLAS's own threads
+# --------------------------------------------------------------------------------------------
+#
+# Inside parallel_for every thread calls matrix products of its own. If OpenBLAS also split each
+# of them over all cores, 2 Python threads would start 2 x 2 BLAS threads on 2 cores, which then
+# wait for each other (OpenBLAS's idle threads even spin for a while). So parallel code asks
+# OpenBLAS for one thread per call while it runs (what threadpoolctl does, without the
+# dependency): the cores are then shared out by parallel_for alone.
+
+_blas_lock = threading.Lock()
+_blas_users = 0
+_blas_saved = 0
+_blas_api: tuple | None | bool = False  # False: not looked up yet; None: not found
+
+
+def _find_openblas():
+    """``(get_num_threads, set_num_threads)`` of the OpenBLAS loaded by NumPy, or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted({ln.split()[-1] for ln in f if "openblas" in ln.lower() and "/" in ln})
+    except OSError:  # not Linux: leave BLAS alone
+        return None
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix, suffix in (
+            ("scipy_openblas", "64_"),
+            ("scipy_openblas", ""),
+            ("openblas", "64_"),
+            ("openblas", ""),
+        ):
+            get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+            set_ = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+            if get is not None and set_ is not None:
+                get.restype, get.argtypes = ctypes.c_int, []
+                set_.restype, set_.argtypes = None, [ctypes.c_int]
+                return get, set_
+    return None
+
+
+@contextlib.contextmanager
+def blas_single_threaded() -> Iterator[None]:
+    """Within the block, OpenBLAS runs each matrix product on the calling thread only.
+
+    Nested and concurrent uses are counted: the first one in saves OpenBLAS's thread count,
+    the last one out restores it. Without a recognised OpenBLAS this does nothing.
+    """
+    global _blas_api, _blas_users, _blas_saved
+    with _blas_lock:
+        if _blas_api is False:
+            _blas_api = _find_openblas()
+        api = _blas_api
+        if api is not None:
+            if _blas_users == 0:
+                _blas_saved = api[0]()
+                api[1](1)
+            _blas_users += 1
+    try:
+        yield
+    finally:
+        if api is not None:
+            with _blas_lock:
+                _blas_users -= 1
+                if _blas_users == 0:
+                    api[1](_blas_saved)

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from ._parallel import parallel_for, row_blocks
 from ._validation import (
     as_float_array,
     check_broadcastable,
@@ -116,14 +117,66 @@ def _sdpa(q, k, v, mask=None, bias=None):
     """Attention kernel on validated arrays of one float dtype: returns ``(output, weights)``.
 
     q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v); ``mask`` bool (True = may
-    attend) and ``bias`` float, both broadcastable to (..., n_q, n_k). The scores buffer is
-    created here, so every step after the first works on it in place.
+    attend) and ``bias`` float, both broadcastable to (..., n_q, n_k).
+
+    Small problems run :func:`_attention_steps` once on the whole arrays. Big ones run it on
+    blocks of query rows (of one or a few batch/head items), spread over the cores by
+    :func:`~transformer_np._parallel.parallel_for`: each block of scores is small enough to
+    stay in the CPU cache from the first step to the last, and the element-wise steps
+    (``exp``, max, sum, division), which NumPy runs on one core, run on all of them.
+    """
+    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])  # batch/head axes
+    n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    output = np.empty(lead + (n_q, d_v), dtype=q.dtype)  # (..., n_q, d_v)
+    weights = np.empty(lead + (n_q, n_k), dtype=q.dtype)  # (..., n_q, n_k)
+    blocks = row_blocks(lead, n_q, n_k * q.dtype.itemsize)
+    if blocks is None:  # small: one vectorised pass
+        _attention_steps(q, k, v, mask, bias, output, weights)
+        return output, weights
+    # Every input as a view with all the leading axes (no copy), so a block index fits them all.
+    q, k, v, mask, bias = (
+        None if a is None else np.broadcast_to(a, lead + np.shape(a)[-2:])
+        for a in (q, k, v, _at_least_2d(mask), _at_least_2d(bias))
+    )
+
+    def one_block(block):
+        items, rows = block  # index into the leading axes, slice of query rows
+        _attention_steps(
+            q[items][..., rows, :],
+            k[items],
+            v[items],
+            None if mask is None else _rows(mask[items], rows),
+            None if bias is None else _rows(bias[items], rows),
+            output[items][..., rows, :],
+            weights[items][..., rows, :],
+        )
+
+    parallel_for(one_block, blocks, one_blas_thread=True)
+    return output, weights
+
+
+def _at_least_2d(a):
+    """A mask or bias with at least the two axes (n_q, n_k) (a 1-D one is a row of keys)."""
+    return None if a is None else a.reshape((1,) * (2 - a.ndim) + a.shape)
+
+
+def _rows(a, rows):
+    """Rows ``rows`` of an array broadcastable to (..., n_q, n_k); an axis of size 1 stays."""
+    return a[..., rows, :] if a.shape[-2] > 1 else a
+
+
+def _attention_steps(q, k, v, mask, bias, output, weights):
+    """The five steps of attention, written into ``output`` and ``weights`` (no checks).
+
+    ``weights`` (..., n_q, n_k) holds the scores first: every step after the first works on it
+    in place, and no other array of that size is created.
     """
     d_k = q.shape[-1]
     # 1. scores = q k^T, with the 1/sqrt(d_k) scale folded into q (n_q*d_k products, not n_q*n_k)
     scale = q.dtype.type(1.0 / math.sqrt(d_k))
+    scores = weights
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is detected in step 4
-        scores = np.matmul(q * scale, np.swapaxes(k, -1, -2))  # (..., n_q, d_k) -> (..., n_q, n_k)
+        np.matmul(q * scale, np.swapaxes(k, -1, -2), out=scores)  # (..., n_q, n_k)
     # 2. additive bias (e.g. relative positions, or a padding mask written as 0 / -inf)
     if bias is not None:
         scores += bias
@@ -137,11 +190,9 @@ def _sdpa(q, k, v, mask=None, bias=None):
             f"the attention scores overflowed {q.dtype} (the dot products q . k are too "
             "large); scale the inputs down or use float64"
         )
-    softmax_inplace(scores, axis=-1, row_max=row_max)
-    weights = scores
+    softmax_inplace(scores, axis=-1, row_max=row_max)  # scores -> weights
     # 5. output = weighted average of the values
-    output = np.matmul(weights, v)  # (..., n_q, n_k) @ (..., n_k, d_v) -> (..., n_q, d_v)
-    return output, weights
+    np.matmul(weights, v, out=output)  # (..., n_q, n_k) @ (..., n_k, d_v) -> (..., n_q, d_v)
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, *, bias=None):

@@ -1,0 +1,119 @@
+"""The fast path of scaled_dot_product_attention (blocks of query rows spread over threads)
+gives the result of the plain one-pass computation, for every layout that reaches it.
+
+Problems of 2 MiB of scores or more take the blocked path (``_parallel.MIN_SPLIT_BYTES``); the
+reference is the same five steps run once on the whole arrays (``_attention_steps``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from transformer_np import causal_mask, padding_mask, scaled_dot_product_attention
+from transformer_np._parallel import MIN_SPLIT_BYTES, blas_single_threaded, row_blocks
+from transformer_np.attention import _attention_steps
+
+TOL = {np.float32: 2e-6, np.float64: 1e-13}
+
+
+def _one_pass(q, k, v, mask=None, bias=None):
+    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    out = np.empty(lead + (q.shape[-2], v.shape[-1]), q.dtype)
+    w = np.empty(lead + (q.shape[-2], k.shape[-2]), q.dtype)
+    m = None if mask is None else np.asarray(mask, bool)
+    _attention_steps(q, k, v, m, bias, out, w)
+    return out, w
+
+
+def _check(q, k, v, mask=None, bias=None):
+    n_scores = np.prod(np.broadcast_shapes(q.shape[:-2], k.shape[:-2])) * q.shape[-2] * k.shape[-2]
+    assert n_scores * q.dtype.itemsize >= MIN_SPLIT_BYTES, "too small to take the fast path"
+    out, w = scaled_dot_product_attention(q, k, v, mask, bias=bias)
+    ref_out, ref_w = _one_pass(q, k, v, mask, bias)
+    tol = TOL[q.dtype.type]
+    np.testing.assert_allclose(w, ref_w, atol=tol, rtol=0)
+    np.testing.assert_allclose(out, ref_out, atol=tol, rtol=0)
+    return out, w
+
+
+def _qkv(rng, shape_q, shape_k, d_v=None, dtype=np.float32):
+    q = rng.standard_normal(shape_q).astype(dtype)
+    k = rng.standard_normal(shape_k).astype(dtype)
+    v = rng.standard_normal(shape_k[:-1] + (d_v or shape_k[-1],)).astype(dtype)
+    return q, k, v
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fast_path_equals_one_pass_with_causal_mask(dtype):
+    rng = np.random.default_rng(0)
+    q, k, v = _qkv(rng, (1, 4, 512, 32), (1, 4, 512, 32), dtype=dtype)
+    out, w = _check(q, k, v, causal_mask(512))
+    assert out.dtype == w.dtype == dtype
+    assert np.all(w[..., ~causal_mask(512)] == 0)
+
+
+def test_fast_path_with_padding_mask_and_fully_blocked_rows():
+    rng = np.random.default_rng(1)
+    q, k, v = _qkv(rng, (2, 2, 300, 16), (2, 2, 700, 16), d_v=8)
+    mask = padding_mask([700, 250], 700)  # (2, 1, 1, 700)
+    _check(q, k, v, mask)
+    rows = np.ones((300, 700), bool)
+    rows[::7] = False  # every 7th query sees nothing
+    out, w = _check(q, k, v, rows)
+    assert np.all(out[..., ::7, :] == 0) and np.all(w[..., ::7, :] == 0)
+
+
+def test_fast_path_with_bias_and_keys_shared_by_heads():
+    rng = np.random.default_rng(2)
+    q, k, v = _qkv(rng, (2, 3, 256, 16), (2, 1, 512, 16))  # k, v broadcast over the heads
+    bias = rng.standard_normal((3, 256, 512)).astype(np.float32)
+    bias[..., -10:] = -np.inf
+    _check(q, k, v, bias=bias)
+
+
+def test_fast_path_on_a_single_matrix_and_with_a_1d_mask():
+    rng = np.random.default_rng(3)
+    q, k, v = _qkv(rng, (1100, 8), (1000, 8))  # no leading axes at all
+    keys = np.arange(1000) % 3 != 0  # (n_k,)
+    _check(q, k, v, keys)
+
+
+def test_fast_path_groups_many_small_matrices():
+    rng = np.random.default_rng(4)
+    q, k, v = _qkv(rng, (6, 96, 48, 8), (6, 96, 48, 8))  # 576 matrices of 48 x 48
+    blocks = row_blocks((6, 96), 48, 48 * 4)
+    assert blocks is not None and len(blocks) < 6 * 96  # several matrices per block
+    _check(q, k, v, causal_mask(48))
+
+
+def test_fast_path_on_transposed_views_as_in_multi_head_attention():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 400, 4, 16)).astype(np.float32)  # (B, T, H, Dh)
+    q = x.transpose(0, 2, 1, 3)  # (B, H, T, Dh), not contiguous
+    _check(q, q, q, causal_mask(400))
+
+
+def test_overflow_in_a_worker_thread_raises_the_clear_error():
+    rng = np.random.default_rng(6)
+    q, k, v = _qkv(rng, (2, 2, 512, 8), (2, 2, 512, 8))
+    q[1, 1, 300] = 1e25  # with k[1, 1, 5], one score of 1e50 overflows float32
+    k[1, 1, 5] = 1e25
+    with pytest.raises(ValueError, match="overflowed float32"):
+        scaled_dot_product_attention(q, k, v)
+
+
+def test_blas_threads_are_restored_after_the_fast_path():
+    from transformer_np import _parallel
+
+    api = _parallel._find_openblas()
+    if api is None:
+        pytest.skip("no OpenBLAS found")
+    before = api[0]()
+    rng = np.random.default_rng(7)
+    q, k, v = _qkv(rng, (4, 512, 16), (4, 512, 16))
+    scaled_dot_product_attention(q, k, v)
+    assert api[0]() == before
+    with blas_single_threaded():
+        assert api[0]() == 1
+    assert api[0]() == before
