@@ -120,7 +120,9 @@ def blockwise_attention(
 
     starts = range(0, n_q, block_size)
     big_enough = int(np.prod(lead, dtype=np.int64)) * n_q * n_k >= _PARALLEL_MIN_SCORES
-    parallel_for(one_query_block, starts, threads=num_threads() if big_enough else 1)
+    parallel_for(
+        one_query_block, starts, threads=num_threads() if big_enough else 1, one_blas_thread=True
+    )
     return out.astype(out_dtype, copy=False)
 
 
