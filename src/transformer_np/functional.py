@@ -246,7 +246,7 @@ _TAIL32_MAX = np.float32(10.0)  # beyond it Q(a) < 8e-24: the tail is exp(-a^2/2
 
 # Elements per chunk: the element-wise kernels run chunk by chunk on scratch buffers that stay
 # in the CPU cache instead of streaming whole temporary arrays through memory.
-_CHUNK = 16384
+_CHUNK = 32768
 _PARALLEL_MIN = 1 << 17  # elements; below this one thread is faster than two
 
 
