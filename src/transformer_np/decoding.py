@@ -1,0 +1,405 @@
+r"""Generating tokens: greedy, temperature and top-k sampling, with a key/value cache.
+
+Without a cache, producing token ``t`` runs the whole model again on the ``t`` tokens so far:
+``T`` new tokens cost about ``T^2 / 2`` token-passes. Self-attention at position ``t`` only
+needs the keys and values of positions ``<= t``, and those never change once computed (the
+mask is causal). The key/value cache keeps them, layer by layer, so each step runs the model on
+one new token and attends to the stored keys: ``T`` token-passes in all. The encoder output of
+a :class:`~transformer_np.model.Transformer` is computed once, and so are its cross-attention
+keys and values.
+
+Both paths give the same tokens (up to floating-point rounding of the logits); the tests check
+it, and ``benchmarks/bench_decoding.py`` measures the speed-up.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._validation import check_rng
+from .attention import _sdpa
+from .model import LanguageModel, Transformer, _check_ids
+
+__all__ = ["KVCache", "generate", "sample_next", "translate"]
+
+
+# --------------------------------------------------------------------------------------------
+# choosing the next token
+# --------------------------------------------------------------------------------------------
+
+
+def _check_sampling(temperature, top_k, vocab_size):
+    try:
+        t = float(temperature)
+    except (TypeError, ValueError):
+        raise TypeError(f"temperature must be a number >= 0, got {temperature!r}") from None
+    if not (math.isfinite(t) and t >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {t}")
+    if top_k is not None:
+        if isinstance(top_k, bool) or not isinstance(top_k, int | np.integer):
+            raise TypeError(f"top_k must be a positive integer or None, got {top_k!r}")
+        if not 1 <= top_k <= vocab_size:
+            raise ValueError(f"top_k must be in [1, vocab_size = {vocab_size}], got {top_k}")
+    return t
+
+
+def sample_next(logits, *, temperature=1.0, top_k=None, rng=None):
+    r"""Choose one token per row of ``logits``.
+
+    Parameters
+    ----------
+    logits : ndarray of shape (B, V)
+        Scores of the next token.
+    temperature : float, default 1.0
+        0 means greedy (the arg-max). Otherwise the scores are divided by it before the
+        softmax: below 1 the distribution sharpens, above 1 it flattens.
+    top_k : int, optional
+        Sample only among the ``top_k`` highest-scoring tokens (ties at the threshold stay).
+    rng : np.random.Generator or int, optional
+        Source of the uniform draws (one per row).
+
+    Returns
+    -------
+    ndarray of int64, shape (B,)
+
+    Notes
+    -----
+    .. math:: p_i = \frac{e^{z_i / \tau}}{\sum_{j \in \text{top-}k} e^{z_j / \tau}}
+              \quad (i \in \text{top-}k), \qquad p_i = 0 \text{ otherwise}
+
+    A token is drawn by inverse-CDF sampling: the first ``i`` whose cumulative probability
+    exceeds a uniform draw ``u``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> logits = np.array([[1.0, 3.0, 2.0]])
+    >>> sample_next(logits, temperature=0).tolist()
+    [1]
+    >>> sample_next(logits, top_k=1, rng=0).tolist()
+    [1]
+    """
+    logits = np.asarray(logits)
+    if logits.ndim != 2 or logits.dtype.kind != "f":
+        raise ValueError(f"logits must be a float array of shape (B, V), got {logits.shape}")
+    t = _check_sampling(temperature, top_k, logits.shape[-1])
+    if t == 0:
+        return np.argmax(logits, axis=-1).astype(np.int64)
+    z = logits.astype(np.float64) / t  # (B, V)
+    if top_k is not None and top_k < z.shape[-1]:
+        k = z.shape[-1] - top_k
+        kth = np.partition(z, k, axis=-1)[:, k : k + 1]  # the k-th largest score, (B, 1)
+        z = np.where(z < kth, -np.inf, z)
+    z -= z.max(axis=-1, keepdims=True)
+    p = np.exp(z)
+    cdf = np.cumsum(p, axis=-1)  # (B, V), un-normalised
+    u = check_rng(rng).random((z.shape[0], 1)) * cdf[:, -1:]  # (B, 1)
+    idx = (cdf <= u).sum(axis=-1)  # first index whose cdf exceeds u
+    return np.minimum(idx, z.shape[-1] - 1).astype(np.int64)
+
+
+# --------------------------------------------------------------------------------------------
+# the cache and the incremental forward pass
+# --------------------------------------------------------------------------------------------
+
+
+class KVCache:
+    """Keys and values of the positions processed so far, for each self-attention layer.
+
+    Parameters
+    ----------
+    n_layers, batch, n_heads, max_len, d_head : int
+    dtype : numpy dtype
+
+    Attributes
+    ----------
+    keys, values : list of ndarray of shape (B, H, max_len, Dh)
+        Pre-allocated; only the first ``length`` positions are valid.
+    length : int
+        Number of positions stored.
+    """
+
+    def __init__(self, n_layers, batch, n_heads, max_len, d_head, dtype):
+        shape = (batch, n_heads, max_len, d_head)
+        self.keys = [np.zeros(shape, dtype) for _ in range(n_layers)]
+        self.values = [np.zeros(shape, dtype) for _ in range(n_layers)]
+        self.max_len = max_len
+        self.length = 0
+
+
+def _project_heads(x2, W, b, B, n, H, Dh):
+    y = x2 @ W  # (B*n, D) @ (D, D) -> (B*n, D)
+    if b is not None:
+        y += b
+    return y.reshape(B, n, H, Dh).transpose(0, 2, 1, 3)  # (B*n, D) -> (B, H, n, Dh)
+
+
+def _merge_heads_out(ctx, p, B, n, D):
+    out = ctx.transpose(0, 2, 1, 3).reshape(B * n, D) @ p["W_o"]  # (B, H, n, Dh) -> (B*n, D)
+    if "b_o" in p:
+        out += p["b_o"]
+    return out.reshape(B, n, D)
+
+
+def _attend_cached(mha, x, K, V, t0):
+    """Self-attention of ``n`` new positions (absolute t0 .. t0+n-1), storing their keys/values."""
+    B, n, D = x.shape
+    H, Dh = mha.n_heads, mha.d_head
+    p = mha.params
+    x2 = x.reshape(B * n, D)
+    q = _project_heads(x2, p["W_q"], p.get("b_q"), B, n, H, Dh)  # (B, H, n, Dh)
+    K[:, :, t0 : t0 + n] = _project_heads(x2, p["W_k"], p.get("b_k"), B, n, H, Dh)
+    V[:, :, t0 : t0 + n] = _project_heads(x2, p["W_v"], p.get("b_v"), B, n, H, Dh)
+    mask = None
+    if n > 1:  # causal inside the new chunk; every stored position is in the past
+        mask = np.arange(t0 + n)[None, :] <= (t0 + np.arange(n))[:, None]  # (n, t0+n)
+    ctx, _ = _sdpa(q, K[:, :, : t0 + n], V[:, :, : t0 + n], mask)  # (B, H, n, Dh)
+    return _merge_heads_out(ctx, p, B, n, D)
+
+
+def _attend_memory(mha, x, mem_k, mem_v, mem_mask):
+    """Cross-attention of new positions to the (precomputed) encoder keys and values."""
+    B, n, D = x.shape
+    p = mha.params
+    q = _project_heads(x.reshape(B * n, D), p["W_q"], p.get("b_q"), B, n, mha.n_heads, mha.d_head)
+    ctx, _ = _sdpa(q, mem_k, mem_v, mem_mask)  # (B, H, n, Dh)
+    return _merge_heads_out(ctx, p, B, n, D)
+
+
+def _lm_step(model: LanguageModel, ids, cache: KVCache):
+    """Logits (B, n, V) of ``n`` new tokens (B, n) appended after ``cache.length`` positions."""
+    t0, n = cache.length, ids.shape[1]
+    x = model.embed(ids) + model.pe[t0 : t0 + n]  # (B, n) -> (B, n, D)
+    for i, layer in enumerate(model.blocks.layers):
+        K, V = cache.keys[i], cache.values[i]
+        if layer.norm_first:
+            h = x + _attend_cached(layer.attn, layer.norm1(x), K, V, t0)
+            x = h + layer.ff(layer.norm2(h))
+        else:
+            h = layer.norm1(x + _attend_cached(layer.attn, x, K, V, t0))
+            x = layer.norm2(h + layer.ff(h))
+    if model.blocks.norm is not None:
+        x = model.blocks.norm(x)
+    cache.length = t0 + n
+    return model.out(x)  # (B, n, D) -> (B, n, V)
+
+
+def _decoder_step(model: Transformer, ids, cache: KVCache, memory_kv, src_mask):
+    """Decoder logits (B, n, V) for ``n`` new target tokens, with cached self-attention."""
+    t0, n = cache.length, ids.shape[1]
+    x = model.tgt_embed(ids) + model.pe[t0 : t0 + n]  # (B, n) -> (B, n, D)
+    for i, layer in enumerate(model.decoder.layers):
+        K, V = cache.keys[i], cache.values[i]
+        mem_k, mem_v = memory_kv[i]
+        if layer.norm_first:
+            h = x + _attend_cached(layer.self_attn, layer.norm1(x), K, V, t0)
+            h2 = h + _attend_memory(layer.cross_attn, layer.norm2(h), mem_k, mem_v, src_mask)
+            x = h2 + layer.ff(layer.norm3(h2))
+        else:
+            h = layer.norm1(x + _attend_cached(layer.self_attn, x, K, V, t0))
+            h2 = layer.norm2(h + _attend_memory(layer.cross_attn, h, mem_k, mem_v, src_mask))
+            x = layer.norm3(h2 + layer.ff(h2))
+    if model.decoder.norm is not None:
+        x = model.decoder.norm(x)
+    cache.length = t0 + n
+    return model.out(x)
+
+
+# --------------------------------------------------------------------------------------------
+# public generation functions
+# --------------------------------------------------------------------------------------------
+
+
+def _check_count(value, name):
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def generate(
+    model: LanguageModel,
+    prompt,
+    max_new_tokens,
+    *,
+    temperature=0.0,
+    top_k=None,
+    rng=None,
+    use_cache=True,
+):
+    """Continue ``prompt`` with a :class:`~transformer_np.model.LanguageModel`.
+
+    Parameters
+    ----------
+    model : LanguageModel
+    prompt : ndarray of int, shape (B, T0)
+        Token ids to continue (at least one per row).
+    max_new_tokens : int
+        How many tokens to add; ``T0 + max_new_tokens`` must fit the positional table.
+    temperature : float, default 0.0
+        0 = greedy; otherwise sampling at this temperature (see :func:`sample_next`).
+    top_k : int, optional
+    rng : np.random.Generator or int, optional
+    use_cache : bool, default True
+        False recomputes the whole prefix at every step (the slow reference).
+
+    Returns
+    -------
+    ndarray of int64, shape (B, T0 + max_new_tokens)
+        The prompt followed by the new tokens.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from transformer_np.model import LanguageModel, LanguageModelConfig
+    >>> lm = LanguageModel(LanguageModelConfig(vocab_size=10, d_model=16, n_heads=2), rng=0)
+    >>> out = generate(lm, np.array([[1, 2, 3]]), 5)
+    >>> out.shape
+    (1, 8)
+    >>> bool((out == generate(lm, np.array([[1, 2, 3]]), 5, use_cache=False)).all())
+    True
+    """
+    if not isinstance(model, LanguageModel):
+        raise TypeError(f"model must be a LanguageModel, got {type(model).__name__}")
+    cfg = model.config
+    prompt = _check_ids(prompt, "prompt", cfg.vocab_size, cfg.max_len)
+    n_new = _check_count(max_new_tokens, "max_new_tokens")
+    _check_sampling(temperature, top_k, cfg.vocab_size)
+    total = prompt.shape[1] + n_new
+    if total > cfg.max_len:
+        raise ValueError(
+            f"prompt length {prompt.shape[1]} + max_new_tokens {n_new} = {total} is longer than "
+            f"the positional table (max_len = {cfg.max_len})"
+        )
+    rng = check_rng(rng)
+    model.eval()
+    B = prompt.shape[0]
+    out = np.zeros((B, total), dtype=np.int64)
+    out[:, : prompt.shape[1]] = prompt
+    t = prompt.shape[1]
+    if use_cache:
+        attn = model.blocks.layers[0].attn
+        cache = KVCache(
+            cfg.n_layers, B, attn.n_heads, total, attn.d_head, model.embed.params["W"].dtype
+        )
+        logits = _lm_step(model, prompt, cache)[:, -1]  # prefill: the whole prompt at once
+    else:
+        logits = model(prompt)[:, -1]
+    for _ in range(n_new):
+        out[:, t] = sample_next(logits, temperature=temperature, top_k=top_k, rng=rng)
+        t += 1
+        if t == total:
+            break
+        if use_cache:
+            logits = _lm_step(model, out[:, t - 1 : t], cache)[:, -1]
+        else:
+            logits = model(out[:, :t])[:, -1]
+    return out
+
+
+def translate(
+    model: Transformer,
+    src,
+    max_len,
+    *,
+    bos_id,
+    eos_id=None,
+    temperature=0.0,
+    top_k=None,
+    rng=None,
+    use_cache=True,
+):
+    """Generate target sequences for ``src`` with an encoder-decoder :class:`Transformer`.
+
+    Parameters
+    ----------
+    model : Transformer
+    src : ndarray of int, shape (B, S)
+        Source ids (padding = ``model.config.pad_id``).
+    max_len : int
+        Maximum number of generated tokens (BOS excluded), at most ``config.max_len`` (the
+        decoder reads BOS and the first ``max_len - 1`` of them).
+    bos_id : int
+        The token that starts every target.
+    eos_id : int, optional
+        A sequence that produces it is finished: the positions after it are filled with
+        ``pad_id`` (or ``eos_id`` without padding), and generation stops when every sequence
+        has finished.
+    temperature, top_k, rng
+        As in :func:`sample_next`; ``temperature=0`` is greedy decoding.
+    use_cache : bool, default True
+
+    Returns
+    -------
+    ndarray of int64, shape (B, L), L <= max_len
+        The generated tokens without BOS (EOS included where produced).
+
+    Notes
+    -----
+    The padding token is never generated (its logit is set to -inf): it is not a word, and
+    the decoder masks it as a key.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from transformer_np.model import Transformer, TransformerConfig
+    >>> cfg = TransformerConfig(src_vocab_size=8, tgt_vocab_size=8, d_model=16, n_heads=2)
+    >>> model = Transformer(cfg, rng=0)
+    >>> out = translate(model, np.array([[3, 4, 5, 0]]), 6, bos_id=1, eos_id=2)
+    >>> out.shape[0], out.shape[1] <= 6
+    (1, True)
+    """
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
+    cfg = model.config
+    n_new = _check_count(max_len, "max_len")
+    if n_new > cfg.max_len:  # the decoder reads BOS + the first max_len - 1 tokens
+        raise ValueError(
+            f"max_len = {n_new} is longer than the positional table "
+            f"(config.max_len = {cfg.max_len})"
+        )
+    for name, tok in (("bos_id", bos_id), ("eos_id", eos_id)):
+        if tok is not None and not (
+            isinstance(tok, int | np.integer) and 0 <= tok < cfg.tgt_vocab_size
+        ):
+            raise ValueError(f"{name} must be a token id in [0, {cfg.tgt_vocab_size}), got {tok}")
+    _check_sampling(temperature, top_k, cfg.tgt_vocab_size)
+    rng = check_rng(rng)
+    model.eval()
+    memory = model.encode(src)  # (B, S, D), validates src
+    src_mask = model._src_mask
+    B = memory.shape[0]
+    pad = cfg.pad_id
+    fill = pad if pad is not None else (eos_id if eos_id is not None else 0)
+    tokens = np.full((B, n_new + 1), fill, dtype=np.int64)
+    tokens[:, 0] = bos_id
+    done = np.zeros(B, dtype=bool)
+    if use_cache:
+        first = model.decoder.layers[0].self_attn
+        dtype = model.tgt_embed.params["W"].dtype
+        cache = KVCache(len(model.decoder.layers), B, first.n_heads, n_new, first.d_head, dtype)
+        memory_kv = []
+        S = memory.shape[1]
+        mem2 = memory.reshape(B * S, -1)
+        for layer in model.decoder.layers:
+            p, H, Dh = layer.cross_attn.params, first.n_heads, first.d_head
+            mem_k = _project_heads(mem2, p["W_k"], p.get("b_k"), B, S, H, Dh)
+            mem_v = _project_heads(mem2, p["W_v"], p.get("b_v"), B, S, H, Dh)
+            memory_kv.append((mem_k, mem_v))
+    t = 1
+    for t in range(1, n_new + 1):
+        if use_cache:
+            logits = _decoder_step(model, tokens[:, t - 1 : t], cache, memory_kv, src_mask)[:, -1]
+        else:
+            logits = model.decode(tokens[:, :t], memory, src_mask)[:, -1]
+        if pad is not None:
+            logits = logits.copy()
+            logits[:, pad] = -np.inf
+        nxt = sample_next(logits, temperature=temperature, top_k=top_k, rng=rng)
+        tokens[:, t] = np.where(done, fill, nxt)
+        if eos_id is not None:
+            done |= nxt == eos_id
+            if done.all():
+                break
+    return tokens[:, 1 : t + 1]

@@ -1,0 +1,1 @@
+"""Runnable demos: ``python -m transformer_np.examples.reverse`` and ``... .charlm``."""
