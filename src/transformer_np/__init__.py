@@ -12,6 +12,7 @@ The public API, re-exported from the modules that define it:
 
 from .attention import MultiHeadAttention, scaled_dot_product_attention
 from .blocks import EncoderBlock
+from .blockwise import blockwise_attention
 from .functional import causal_mask, erf, gelu, layer_norm, padding_mask, relu, softmax
 from .layers import Embedding, FeedForward, LayerNorm, Linear
 from .positional import positional_encoding, positional_offset_matrix
@@ -25,6 +26,7 @@ __all__ = [
     "LayerNorm",
     "Linear",
     "MultiHeadAttention",
+    "blockwise_attention",
     "causal_mask",
     "erf",
     "gelu",
