@@ -165,6 +165,7 @@ def _rows(a, rows):
     return a[..., rows, :] if a.shape[-2] > 1 else a
 
 
+# --8<-- [start:attention_steps]
 def _attention_steps(q, k, v, mask, bias, output, weights):
     """The five steps of attention, written into ``output`` and ``weights`` (no checks).
 
@@ -193,6 +194,9 @@ def _attention_steps(q, k, v, mask, bias, output, weights):
     softmax_inplace(scores, axis=-1, row_max=row_max)  # scores -> weights
     # 5. output = weighted average of the values
     np.matmul(weights, v, out=output)  # (..., n_q, n_k) @ (..., n_k, d_v) -> (..., n_q, d_v)
+
+
+# --8<-- [end:attention_steps]
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, *, bias=None):

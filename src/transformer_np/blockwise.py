@@ -132,6 +132,7 @@ def _tile(a, qs, qe, ks, ke):
     return a[..., ks:ke] if a.shape[-1] > 1 else a
 
 
+# --8<-- [start:query_block]
 def _query_block(q, k, v, mask, bias, causal, scale, qs, qe, block_size, out) -> None:
     """Attention output of the query rows ``qs:qe``, visiting the keys one tile at a time.
 
@@ -193,3 +194,6 @@ def _query_block(q, k, v, mask, bias, causal, scale, qs, qe, block_size, out) ->
     np.divide(acc, row_sum[..., None], out=out, where=~empty[..., None])
     if empty.any():
         out[empty] = 0
+
+
+# --8<-- [end:query_block]
