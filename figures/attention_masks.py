@@ -46,7 +46,7 @@ def figure(lang: str) -> Figure:
         "padding": np.broadcast_to(padding_mask([2], max_len=n)[0, 0], (n, n)),
     }
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="0.9")
-    fig = Figure(figsize=(10, 3.6), layout="constrained")
+    fig = Figure(figsize=(9, 3.3), layout="constrained")
     axes = fig.subplots(1, 3, sharey=True)
     for ax, (name, mask) in zip(axes, masks.items(), strict=True):
         _, w = scaled_dot_product_attention(q, k, v, mask=mask)  # (n, n)

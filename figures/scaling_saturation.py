@@ -14,8 +14,8 @@ from matplotlib.figure import Figure
 from transformer_np import softmax
 
 N_KEYS = 16  # keys per query (the length of the softmax row)
-N_PAIRS = 4000  # (q, k) pairs per d_k for the variance
-N_QUERIES = 500  # queries per d_k for the softmax statistics
+N_PAIRS = 3000  # (q, k) pairs per d_k for the variance
+N_QUERIES = 400  # queries per d_k for the softmax statistics
 
 TEXT = {
     "it": {
@@ -76,7 +76,7 @@ def figure(lang: str) -> Figure:
     raw = {"color": "#d62728", "marker": "o", "label": t["raw"]}
     scaled = {"color": "#1f77b4", "marker": "s", "label": t["scaled"]}
 
-    fig = Figure(figsize=(12, 3.8), layout="constrained")
+    fig = Figure(figsize=(9.5, 3.4), layout="constrained")
     ax_var, ax_max, ax_jac = fig.subplots(1, 3)
     ax_var.plot(d_ks, m["var_raw"], **raw)
     ax_var.plot(d_ks, m["var_scaled"], **scaled)
