@@ -41,7 +41,9 @@ def render_svg(path: Path, lang: str) -> bytes:
         raise TypeError(f"{path}: figure({lang!r}) must return a Figure, got {type(fig)}")
     buf = io.BytesIO()
     with matplotlib.rc_context({"svg.hashsalt": "transformer-da-zero", "svg.fonttype": "path"}):
-        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+        # No date (reproducible output) and no RDF metadata (it names purl.org/w3.org schemas).
+        metadata = {"Date": None, "Format": None, "Type": None, "Creator": None}
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata=metadata)
     return buf.getvalue()
 
 

@@ -107,9 +107,18 @@ def visit(browser):
     v.close()
 
 
-def wait_for_mathjax(page):
-    page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+def wait_for_mathjax(page) -> bool:
+    """Wait until MathJax has typeset the page; False if MathJax never started."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(
+            "() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=15_000
+        )
+    except PlaywrightTimeout:
+        return False
     page.evaluate("() => MathJax.startup.promise.then(() => true)")
+    return True
 
 
 @cache
@@ -148,7 +157,7 @@ def test_page_in_the_browser(visit, site_url, built_site, lang, rel):
     url = site_url + page_url_path(lang, rel)
     response = page.goto(url, wait_until="load")
     assert response is not None and response.ok, f"{url}: HTTP {response and response.status}"
-    wait_for_mathjax(page)
+    mathjax_started = wait_for_mathjax(page)
     page.wait_for_load_state("networkidle")
 
     shot = SCREENSHOTS / lang / (rel.rsplit(".", 1)[0] + ".png")
@@ -173,7 +182,10 @@ def test_page_in_the_browser(visit, site_url, built_site, lang, rel):
             };
         }"""
     )
-    assert not math["untypeset"], f"formulas left untypeset: {math['untypeset']}"
+    assert not math["untypeset"], (
+        f"{len(math['untypeset'])} formulas left untypeset"
+        f"{'' if mathjax_started else ' (MathJax never started)'}: {math['untypeset'][:5]}"
+    )
     assert math["errors"] == 0, f"{math['errors']} formulas with TeX errors"
     source = DOCS / lang / rel
     if rel.endswith(".ipynb"):
