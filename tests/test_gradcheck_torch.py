@@ -437,3 +437,24 @@ def test_language_model_loss_and_gradients_match_torch(rng):
     for i, tl in enumerate(layers):
         for k, v in encoder_layer_grads(tl).items():
             close(grads[f"blocks.{i}.{k}"], v, f"blocks.{i}.{k}")
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_float32_feed_forward_backward_matches_torch_float64(rng, activation):
+    """The float32 path (GELU' read off the forward pass) is as accurate as float32 allows."""
+    ff = FeedForward(16, 64, activation=activation, rng=rng, dtype=np.float32)
+    x = (3 * rng.standard_normal((4, 9, 16))).astype(np.float32)
+    G = rng.standard_normal((4, 9, 16)).astype(np.float32)
+    t1, t2 = torch.nn.Linear(16, 64), torch.nn.Linear(64, 16)
+    load_linear(t1, ff.linear1)
+    load_linear(t2, ff.linear2)
+    xt = T(x, True)
+    (t2(getattr(F, activation)(t1(xt))) * T(G)).sum().backward()
+    ff(x)
+    dx = ff.backward(G)
+    assert dx.dtype == np.float32 and ff.grads["linear1.W"].dtype == np.float32
+    for mine, ref in ((dx, xt.grad), (ff.grads["linear1.W"], t1.weight.grad.T)):
+        ref = ref.numpy()
+        err = np.abs(mine - ref).max() / np.abs(ref).max()
+        print(f"float32 {activation}: relative max error {err:.1e}")
+        assert err <= 1e-5

@@ -370,17 +370,35 @@ class LayerNorm:
 _INV_SQRT_2PI = 0.3989422804014327  # 1 / sqrt(2 pi)
 
 
-def _gelu_grad(h: np.ndarray) -> np.ndarray:
-    """d GELU(h) / dh = Phi(h) + h * phi(h), computed in float64, returned in ``h``'s dtype."""
-    h64 = h.astype(np.float64, copy=False)
-    cdf = _erf64(h64 * 0.7071067811865476)  # erf(h / sqrt(2))
-    cdf += 1.0
-    cdf *= 0.5
-    pdf = np.exp(-0.5 * h64 * h64)
-    pdf *= _INV_SQRT_2PI
-    pdf *= h64
-    cdf += pdf
-    return cdf.astype(h.dtype, copy=False)
+def _gelu_backward(h: np.ndarray, a: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    """``grad * GELU'(h)``, with ``GELU'(h) = Phi(h) + h phi(h)``, in ``h``'s dtype.
+
+    ``a = GELU(h) = h Phi(h)`` is the forward output. float64 computes ``Phi`` from the Cephes
+    erf (about 1e-16). float32 reads it off the forward pass, ``Phi(h) = a / h`` (1/2 at
+    ``h = 0``): a quotient of two float32 numbers is correctly rounded, so this is as accurate
+    as ``a`` itself and costs one division instead of a second evaluation of the tail.
+    """
+    if h.dtype != np.float32:
+        h64 = h.astype(np.float64, copy=False)
+        cdf = _erf64(h64 * 0.7071067811865476)  # erf(h / sqrt(2))
+        cdf += 1.0
+        cdf *= 0.5
+        pdf = np.exp(-0.5 * h64 * h64)
+        pdf *= _INV_SQRT_2PI
+        pdf *= h64
+        cdf += pdf
+        return (grad * cdf).astype(h.dtype, copy=False)
+    half = np.float32(0.5)
+    phi_cdf = np.full(h.shape, half, dtype=np.float32)
+    np.divide(a, h, out=phi_cdf, where=h != 0)  # Phi(h)
+    e = h * h
+    e *= -half
+    np.exp(e, out=e)  # exp(-h^2 / 2)
+    e *= h
+    e *= np.float32(_INV_SQRT_2PI)  # h phi(h)
+    phi_cdf += e
+    phi_cdf *= grad
+    return phi_cdf
 
 
 _ACTIVATIONS = ("relu", "gelu")
@@ -486,13 +504,14 @@ class FeedForward:
         """
         cache = _backward_cache(self, "FeedForward")
         h = cache["h"]
+        a = self.linear2._cache["x"]  # the activation act(h), input of linear2, (N, d_ff)
         da = self.linear2.backward(grad_output)  # (..., D) -> (..., d_ff)
         shape = da.shape
         da = da.reshape(h.shape)
         if self.activation == "relu":
             dh = da * (h > 0)
         else:
-            dh = da * _gelu_grad(h)
+            dh = _gelu_backward(h, a.reshape(h.shape), da)
         return self.linear1.backward(dh.reshape(shape))  # (..., d_ff) -> (..., D)
 
     def zero_grad(self):
@@ -615,8 +634,14 @@ class Embedding:
         g2 = g.reshape(-1, self.d_model)  # (N, D)
         if self.scale:
             g2 = g2 * W.dtype.type(math.sqrt(self.d_model))
+        # Scatter-add (repeated ids accumulate): sort the positions by id, sum each run of
+        # equal ids with one reduceat, write one row per distinct id.
+        flat = ids.reshape(-1)
+        order = np.argsort(flat, kind="stable")
+        sorted_ids = flat[order]
+        starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
         dW = np.zeros_like(W)
-        np.add.at(dW, ids.reshape(-1), g2)  # scatter-add: repeated ids accumulate
+        dW[sorted_ids[starts]] = np.add.reduceat(g2[order], starts, axis=0)  # (n_distinct, D)
         self.grads = {"W": dW}
         return None
 

@@ -1,0 +1,268 @@
+"""One training step (forward, loss, backward, Adam) in NumPy against the same model in PyTorch.
+
+Workload (issue 5): d_model 64, 2 layers, 4 heads, d_ff 256, batch 32, length 32, float32.
+
+- ``--model lm`` (default): the decoder-only ``LanguageModel`` (pre-LN, GELU, tied
+  embeddings, vocabulary 64) against ``torch.nn.TransformerEncoderLayer`` blocks with a causal
+  mask, the same embedding/positions/tied output.
+- ``--model seq2seq``: the encoder-decoder ``Transformer`` (post-LN, ReLU, 2 + 2 layers,
+  source and target of length 32 with padding) against ``torch.nn.TransformerEncoderLayer`` /
+  ``TransformerDecoderLayer`` stacks.
+
+Both steps use the cross-entropy loss, gradient clipping at norm 1 and Adam. PyTorch runs
+with its default threads (``torch.get_num_threads()``); NumPy runs its matrix products on one
+OpenBLAS thread, as :func:`transformer_np.train.fit` does (``--numpy-blas-threads default`` to
+leave OpenBLAS alone).
+
+Method: each side runs in its own fresh process (this script re-invokes itself with
+``--worker``), so the two thread pools never compete inside one process. ``--warmup`` untimed
+steps, then ``--reps`` timed steps; the median and the minimum are reported, and the ratio of
+medians. The machine is shared and noisy: run it a few times.
+
+Usage::
+
+    python benchmarks/bench_train_step.py
+    python benchmarks/bench_train_step.py --model seq2seq --reps 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+B, T, D, H, L, DFF, V = 32, 32, 64, 4, 2, 256, 64
+
+
+def _batch(rng, model_kind):
+    import numpy as np
+
+    if model_kind == "lm":
+        x = rng.integers(0, V, (B, T + 1))
+        return x[:, :-1], x[:, 1:]
+    src = rng.integers(3, V, (B, T))
+    tgt = rng.integers(3, V, (B, T + 1))
+    lengths = rng.integers(T // 2, T + 1, B)
+    for b, n in enumerate(lengths):  # right padding with id 0
+        src[b, n:] = 0
+        tgt[b, n + 1 :] = 0
+    tgt[:, 0] = 1
+    return src, tgt[:, :-1], tgt[:, 1:].astype(np.int64)
+
+
+def _time(step, warmup, reps):
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def worker_numpy(args):
+    import contextlib
+
+    import numpy as np
+
+    from transformer_np._parallel import blas_single_threaded
+    from transformer_np.losses import CrossEntropyLoss
+    from transformer_np.model import (
+        LanguageModel,
+        LanguageModelConfig,
+        Transformer,
+        TransformerConfig,
+    )
+    from transformer_np.optim import Adam
+    from transformer_np.train import train_step
+
+    rng = np.random.default_rng(0)
+    if args.model == "lm":
+        cfg = LanguageModelConfig(
+            vocab_size=V, d_model=D, n_heads=H, d_ff=DFF, n_layers=L, max_len=T
+        )
+        model = LanguageModel(cfg, rng=0)
+        loss_fn = CrossEntropyLoss()
+    else:
+        cfg = TransformerConfig(
+            src_vocab_size=V,
+            tgt_vocab_size=V,
+            d_model=D,
+            n_heads=H,
+            d_ff=DFF,
+            n_encoder_layers=L,
+            n_decoder_layers=L,
+            max_len=T,
+        )
+        model = Transformer(cfg, rng=0)
+        loss_fn = CrossEntropyLoss(ignore_index=0)
+    model.train()
+    opt = Adam(model.parameters(), lr=1e-4)
+    batch = _batch(rng, args.model)
+    ctx = blas_single_threaded() if args.numpy_blas_threads == "one" else contextlib.nullcontext()
+    with ctx:
+        times = _time(
+            lambda: train_step(model, batch, opt, loss_fn, clip_norm=1.0), args.warmup, args.reps
+        )
+    return {
+        "times": times,
+        "parameters": model.num_parameters(),
+        "blas_threads": args.numpy_blas_threads,
+        "numpy": np.__version__,
+    }
+
+
+def worker_torch(args):
+    import math
+
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    pe = torch.zeros(T + 1, D)
+    pos = torch.arange(T + 1)[:, None].float()
+    omega = 10000 ** (-torch.arange(0, D, 2).float() / D)
+    pe[:, 0::2], pe[:, 1::2] = torch.sin(pos * omega), torch.cos(pos * omega)
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(V, D)
+            self.blocks = nn.ModuleList(
+                nn.TransformerEncoderLayer(
+                    D, H, DFF, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+                )
+                for _ in range(L)
+            )
+            self.norm = nn.LayerNorm(D)
+            self.bias = nn.Parameter(torch.zeros(V))
+            self.register_buffer("mask", torch.triu(torch.ones(T, T, dtype=torch.bool), 1))
+
+        def forward(self, x):
+            h = self.embed(x) * math.sqrt(D) + pe[: x.shape[1]]
+            for blk in self.blocks:
+                h = blk(h, src_mask=self.mask, is_causal=True)
+            return self.norm(h) @ self.embed.weight.T + self.bias
+
+    class Seq2Seq(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.src_embed, self.tgt_embed = nn.Embedding(V, D), nn.Embedding(V, D)
+            kw = {"dropout": 0.0, "batch_first": True}
+            self.enc = nn.ModuleList(nn.TransformerEncoderLayer(D, H, DFF, **kw) for _ in range(L))
+            self.dec = nn.ModuleList(nn.TransformerDecoderLayer(D, H, DFF, **kw) for _ in range(L))
+            self.out = nn.Linear(D, V)
+            self.register_buffer("mask", torch.triu(torch.ones(T, T, dtype=torch.bool), 1))
+
+        def forward(self, src, tgt):
+            skpm, tkpm = src == 0, tgt == 0
+            x = self.src_embed(src) * math.sqrt(D) + pe[:T]
+            for layer in self.enc:
+                x = layer(x, src_key_padding_mask=skpm)
+            y = self.tgt_embed(tgt) * math.sqrt(D) + pe[:T]
+            for layer in self.dec:
+                y = layer(
+                    y,
+                    x,
+                    tgt_mask=self.mask,
+                    tgt_key_padding_mask=tkpm,
+                    memory_key_padding_mask=skpm,
+                )
+            return self.out(y)
+
+    model = LM() if args.model == "lm" else Seq2Seq()
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    batch = [torch.from_numpy(np.ascontiguousarray(a)) for a in _batch(rng, args.model)]
+    *inputs, targets = batch
+    ignore = -100 if args.model == "lm" else 0
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        logits = model(*inputs)
+        loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=ignore)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    times = _time(step, args.warmup, args.reps)
+    return {
+        "times": times,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
+
+
+def _run_worker(which, args):
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        which,
+        "--model",
+        args.model,
+        "--warmup",
+        str(args.warmup),
+        "--reps",
+        str(args.reps),
+        "--numpy-blas-threads",
+        args.numpy_blas_threads,
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", choices=["lm", "seq2seq"], default="lm")
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--numpy-blas-threads", choices=["one", "default"], default="one")
+    p.add_argument("--worker", choices=["numpy", "torch"], default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        result = worker_numpy(args) if args.worker == "numpy" else worker_torch(args)
+        print(json.dumps(result))
+        return 0
+
+    mine = _run_worker("numpy", args)
+    theirs = _run_worker("torch", args)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"one training step, {args.model}: d_model {D}, {L} layers, {H} heads, d_ff {DFF}, "
+        f"batch {B}, length {T}, vocabulary {V}, float32"
+    )
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"load average {load:.2f}"
+    )
+    print(f"parameters: numpy {mine['parameters']}, torch {theirs['parameters']}")
+    for name, r, extra in (
+        ("numpy", mine, f"OpenBLAS threads: {mine['blas_threads']}"),
+        ("torch", theirs, f"torch threads: {theirs['threads']}"),
+    ):
+        ms = [1e3 * t for t in r["times"]]
+        print(
+            f"  {name:6s} median {statistics.median(ms):7.2f} ms   min {min(ms):7.2f} ms   "
+            f"({len(ms)} steps; {extra})"
+        )
+    ratio = statistics.median(mine["times"]) / statistics.median(theirs["times"])
+    print(
+        f"ratio numpy / torch (medians): {ratio:.2f}  "
+        f"({'numpy faster' if ratio < 1 else 'torch faster'})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
