@@ -644,6 +644,19 @@ class _Model:
         self.params = NestedParams(children)
         self.grads = NestedParams(children, "grads")
         self._dropouts = [obj for obj in self._walk() if isinstance(obj, Dropout)]
+        # (full name, leaf layer, key) of every parameter, resolved once: reading the
+        # gradients then costs one dict lookup per array instead of a walk down the views
+        self._leaves = []
+        stack = [("", children)]
+        while stack:
+            prefix, kids = stack.pop()
+            for name, layer in kids.items():
+                if isinstance(layer.params, NestedParams):
+                    stack.append((f"{prefix}{name}.", layer.params._children))
+                else:
+                    self._leaves.extend((f"{prefix}{name}.{k}", layer, k) for k in layer.params)
+        order = {name: i for i, name in enumerate(self.params)}
+        self._leaves.sort(key=lambda leaf: order[leaf[0]])
 
     def _walk(self):
         stack = [self]
@@ -667,8 +680,15 @@ class _Model:
         return self.params
 
     def gradients(self):
-        """Live view ``name -> ndarray`` of the gradients of the last backward pass."""
-        return self.grads
+        """Dict ``name -> ndarray`` of the gradients of the last backward pass.
+
+        Same keys, in the same order, as :meth:`parameters`. A snapshot of the arrays (the
+        next backward pass makes new ones); ``self.grads`` is the live view.
+        """
+        missing = [name for name, layer, k in self._leaves if k not in layer.grads]
+        if missing:
+            raise RuntimeError(f"no gradient for {missing[:3]}...: call backward() first")
+        return {name: layer.grads[k] for name, layer, k in self._leaves}
 
     def num_parameters(self) -> int:
         """Total number of scalar parameters."""

@@ -143,7 +143,8 @@ class Adam:
     Parameters
     ----------
     params : dict of str to ndarray
-        The arrays to optimise (floating point). They are modified in place.
+        The arrays to optimise (floating point). They are modified in place; the optimiser
+        keeps references to these arrays, as ``torch.optim`` does.
     lr : float or callable
         Learning rate, or a schedule ``step -> lr`` (e.g. :class:`NoamSchedule`), step from 1.
     betas : tuple of float
@@ -198,6 +199,9 @@ class Adam:
         self.weight_decay = float(weight_decay)
         self.t = 0
         self._names = list(params)
+        # The arrays themselves, looked up once (they are updated in place): assigning a new
+        # array to params[name] later is not seen by this optimiser.
+        self._arrays = [params[k] for k in self._names]
         dtypes = {p.dtype for p in params.values()}
         self.dtype = np.result_type(*dtypes)
         sizes = [params[k].size for k in self._names]
@@ -246,8 +250,7 @@ class Adam:
         np.divide(m, tmp, out=tmp)
         tmp *= lr / bc1
         off = self._offsets
-        for i, k in enumerate(self._names):
-            p = self.params[k]
+        for i, p in enumerate(self._arrays):
             if self.weight_decay:
                 p *= 1.0 - lr * self.weight_decay
             p -= tmp[off[i] : off[i + 1]].reshape(p.shape)
