@@ -436,6 +436,7 @@ class MultiHeadAttention:
         dt = compute_dtype(out_dtype)
         p = {name: w.astype(dt, copy=False) for name, w in self.params.items()}
 
+        # --8<-- [start:mha_forward]
         # 1. projections as 2-D matrix products over all tokens of the batch
         xq2 = x_q.astype(dt, copy=False).reshape(B * T, D)  # (B, T, D) -> (B*T, D)
         xkv2 = xq2 if self_attention else x_kv.astype(dt, copy=False).reshape(B * S, D)
@@ -458,6 +459,7 @@ class MultiHeadAttention:
         if self.has_bias:
             out += p["b_o"]
         out = out.reshape(B, T, D)  # (B*T, D) -> (B, T, D)
+        # --8<-- [end:mha_forward]
 
         self._cache = {
             "x_q": xq2,
