@@ -226,3 +226,26 @@ def test_reverse_demo_learns_in_miniature():
     )
     assert history["loss"][-1] < 0.5 * history["loss"][0]
     assert history["heldout_accuracy"] > 0.3
+
+
+def test_charlm_demo_improves_in_miniature():
+    from transformer_np.examples.charlm import CharVocab, load_text, train_charlm
+
+    text = load_text()
+    assert text.startswith("C'era una volta") and "Geppetto" in text
+    vocab = CharVocab(text)
+    assert vocab.decode(vocab.encode("Pinocchio")) == "Pinocchio"
+    _, _, history, samples = train_charlm(
+        steps=60,
+        context=32,
+        batch_size=16,
+        d_model=32,
+        n_layers=1,
+        sample_every=30,
+        sample_len=20,
+        progress=False,
+    )
+    val = [metrics["val_loss"] for _, metrics in history["eval"]]
+    assert val[-1] < val[0] < np.log(len(vocab)) + 0.5
+    assert [step for step, _ in samples] == [0, 30, 60]
+    assert all(text.startswith("C'era una volta") for _, text in samples)

@@ -113,8 +113,10 @@ def exact_match(model, src, tgt_out, *, batch_size=500):
     return hits / len(src)
 
 
-def make_model(seed=0, *, d_model=64, n_heads=4, n_layers=2, max_len=10, dtype="float32"):
-    """The Transformer used by the demo (post-LN, as in the paper)."""
+def make_model(
+    seed=0, *, d_model=64, n_heads=4, n_layers=2, max_len=10, norm_first=False, dtype="float32"
+):
+    """The Transformer used by the demo (post-LN by default, as in the paper)."""
     cfg = TransformerConfig(
         src_vocab_size=VOCAB_SIZE,
         tgt_vocab_size=VOCAB_SIZE,
@@ -125,6 +127,7 @@ def make_model(seed=0, *, d_model=64, n_heads=4, n_layers=2, max_len=10, dtype="
         n_decoder_layers=n_layers,
         max_len=max_len + 1,
         pad_id=PAD,
+        norm_first=norm_first,
         dtype=dtype,
     )
     return Transformer(cfg, rng=np.random.default_rng(seed))
@@ -139,6 +142,7 @@ def train_reverse(
     max_len=10,
     d_model=64,
     n_layers=2,
+    norm_first=False,
     warmup=200,
     lr_factor=1.0,
     label_smoothing=0.1,
@@ -167,7 +171,9 @@ def train_reverse(
     held_seqs = list(dict.fromkeys(_sample_sequences(rng, n_heldout, min_len, max_len)))
     heldout = encode_pairs(held_seqs, max_len, task)
     exclude = frozenset(held_seqs)
-    model = make_model(seed, d_model=d_model, n_layers=n_layers, max_len=max_len)
+    model = make_model(
+        seed, d_model=d_model, n_layers=n_layers, max_len=max_len, norm_first=norm_first
+    )
     opt = Adam(
         model.parameters(),
         lr=NoamSchedule(d_model, warmup_steps=warmup, factor=lr_factor),
