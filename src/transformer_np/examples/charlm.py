@@ -179,7 +179,15 @@ def main(argv=None):
         print(f"--- step {step}{loss}")
         print(text.replace("\n", " / "))
     if args.save:
-        save_model(args.save, model, extra={"chars": np.array(vocab.chars)})
+        extra = {
+            "chars": np.array(vocab.chars),
+            "loss": np.array(history["loss"], dtype=np.float32),
+            "eval_step": np.array([step for step, _ in history["eval"]], dtype=np.int64),
+            "val_loss": np.array([m["val_loss"] for _, m in history["eval"]], dtype=np.float32),
+            "sample_step": np.array([step for step, _ in samples], dtype=np.int64),
+            "sample_text": np.array([text for _, text in samples]),
+        }
+        save_model(args.save, model, extra=extra)
         print(f"saved to {args.save}")
     return 0
 

@@ -137,17 +137,18 @@ def train_reverse(
     *,
     task="reverse",
     steps=3000,
-    batch_size=64,
+    batch_size=96,
     min_len=3,
     max_len=10,
     d_model=64,
     n_layers=2,
     norm_first=False,
     warmup=200,
-    lr_factor=1.0,
+    lr_factor=0.7,
     label_smoothing=0.1,
+    betas=(0.9, 0.98),
     n_heldout=1000,
-    eval_every=250,
+    eval_every=100,
     target=0.995,
     time_limit=170.0,
     seed=0,
@@ -177,7 +178,7 @@ def train_reverse(
     opt = Adam(
         model.parameters(),
         lr=NoamSchedule(d_model, warmup_steps=warmup, factor=lr_factor),
-        betas=(0.9, 0.98),
+        betas=betas,
         eps=1e-9,
     )
     loss_fn = CrossEntropyLoss(ignore_index=PAD, label_smoothing=label_smoothing)
@@ -210,6 +211,20 @@ def train_reverse(
         history["heldout_accuracy"] = exact_match(model, heldout[0], heldout[2])
     history["seconds"] = time.perf_counter() - start
     return model, history, heldout
+
+
+def history_arrays(history):
+    """The training history as plain arrays, to store next to the model in a checkpoint."""
+    return {
+        "loss": np.array(history["loss"], dtype=np.float32),
+        "lr": np.array(history["lr"], dtype=np.float32),
+        "eval_step": np.array([step for step, _ in history["eval"]], dtype=np.int64),
+        "eval_exact_match": np.array(
+            [m["exact_match"] for _, m in history["eval"]], dtype=np.float32
+        ),
+        "heldout_accuracy": np.array(history["heldout_accuracy"], dtype=np.float32),
+        "seconds": np.array(history["seconds"], dtype=np.float32),
+    }
 
 
 def main(argv=None):
@@ -248,7 +263,7 @@ def main(argv=None):
     )
     print(f"held-out exact match: {100 * history['heldout_accuracy']:.2f}% of {len(src)} sequences")
     if args.save:
-        save_model(args.save, model)
+        save_model(args.save, model, extra=history_arrays(history))
         print(f"saved to {args.save}")
     return 0 if args.quick or history["heldout_accuracy"] >= 0.99 else 1
 
