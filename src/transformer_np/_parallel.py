@@ -96,14 +96,17 @@ def parallel_for(
     threads : int, optional
         At most this many threads; default :func:`num_threads`.
     one_blas_thread : bool, default False
-        When the pieces do matrix products and run on more than one thread: ask OpenBLAS to
-        run each product on its calling thread (see :func:`blas_single_threaded`).
+        For pieces that do small matrix products: ask OpenBLAS to run each product on its
+        calling thread (see :func:`blas_single_threaded`), also when there is one thread only.
+        On small products OpenBLAS's own threads cost more than they give, and after each
+        product they keep spinning for a while on the cores the element-wise steps need.
     """
     pieces = list(pieces)
     t = min(num_threads() if threads is None else threads, len(pieces))
     if t <= 1 or getattr(_state, "inside", False):
-        for piece in pieces:
-            fn(piece)
+        with blas_single_threaded() if one_blas_thread else contextlib.nullcontext():
+            for piece in pieces:
+                fn(piece)
         return
     # Piece i goes to thread i mod t: interleaving balances pieces of unequal cost (for example
     # the query blocks of causal attention, which grow with the row index).
@@ -138,9 +141,11 @@ def split_range(n: int, parts: int) -> list[slice]:
     return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
-# A block of this many bytes (of float32 scores: 64 rows of 2048) stays in a core's L2 cache
-# between the steps that read and write it.
-BLOCK_BYTES = 1 << 18
+# Blocks of about this many bytes (of float32 scores: 512 rows of 2048). Measured on the 2-core
+# machine of the benchmark: 256 KiB to 4 MiB blocks (which live in the L2 or L3 cache between
+# the steps that read them) all beat one pass over the whole matrix; the larger ones, with fewer
+# Python calls per second, held up best when other processes shared the cores.
+BLOCK_BYTES = 1 << 22
 # Below this size (the whole problem), one vectorised pass beats the hand-off to threads.
 MIN_SPLIT_BYTES = 1 << 21
 
@@ -157,20 +162,23 @@ def row_blocks(
 
     Each block is ``(items, rows)``: ``items`` indexes the leading axes (ints, and a slice of
     the last leading axis that groups several small matrices), ``rows`` is a slice of the row
-    axis; ``a[items][..., rows, :]`` is the block. Returns None if the whole array is smaller
-    than ``min_bytes`` (not worth splitting).
+    axis; ``a[items][..., rows, :]`` is the block. Blocks are made smaller than ``block_bytes``
+    when needed to give about 8 of them (so that the threads share the work evenly). Returns
+    None if the whole array is smaller than ``min_bytes`` (not worth splitting).
 
     Examples
     --------
-    >>> blocks = row_blocks((2,), 4, 1 << 16, block_bytes=1 << 17, min_bytes=0)
+    >>> blocks = row_blocks((8,), 2048, 2048 * 4)  # 8 heads, 2048 rows of 2048 float32
     >>> len(blocks), blocks[1]
-    (4, ((slice(0, 1, None),), slice(2, 4, None)))
+    (32, ((slice(0, 1, None),), slice(512, 1024, None)))
     """
     n_items = 1
     for size in lead:
         n_items *= size
-    if n_items * n_rows * row_bytes < max(min_bytes, 1):
+    total = n_items * n_rows * row_bytes
+    if total < max(min_bytes, 1):
         return None
+    block_bytes = min(block_bytes, total // 8)  # at least ~8 blocks, to share among threads
     rows = max(1, min(n_rows, block_bytes // max(row_bytes, 1)))
     row_slices = [slice(r, min(r + rows, n_rows)) for r in range(0, n_rows, rows)]
     if not lead:
