@@ -61,6 +61,17 @@ def test_cached_and_uncached_generation_give_identical_tokens(norm_first, sampli
     np.testing.assert_array_equal(a[:, :3], prompt)
 
 
+@pytest.mark.parametrize("keep", [None, 1, 31])
+def test_generation_beyond_max_len_slides_the_window_identically(keep):
+    model = lm()  # max_len = 32
+    prompt = np.array([[1, 2, 3], [4, 5, 6]])
+    kw = {"temperature": 1.0, "rng": 2, "keep": keep}
+    a = generate(model, prompt, 70, **kw)
+    b = generate(model, prompt, 70, use_cache=False, **kw)
+    np.testing.assert_array_equal(a, b)
+    assert a.shape == (2, 73)
+
+
 def test_cached_generation_identical_in_float32_too():
     model = lm(dtype="float32")
     prompt = np.array([[1, 2, 3, 4]])
@@ -150,7 +161,9 @@ def test_bad_generation_arguments_raise_clear_errors():
     model = lm()
     prompt = np.array([[1, 2, 3]])
     with pytest.raises(ValueError, match="longer than the positional table"):
-        generate(model, prompt, 30)
+        generate(model, np.ones((1, 33), dtype=int), 3)
+    with pytest.raises(ValueError, match=r"keep must be an integer in \[1, max_len = 32\)"):
+        generate(model, prompt, 3, keep=32)
     with pytest.raises(ValueError, match="temperature must be a finite number >= 0"):
         generate(model, prompt, 3, temperature=-1)
     with pytest.raises(ValueError, match=r"top_k must be in \[1, vocab_size = 17\]"):

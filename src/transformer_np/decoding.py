@@ -227,6 +227,7 @@ def generate(
     top_k=None,
     rng=None,
     use_cache=True,
+    keep=None,
 ):
     """Continue ``prompt`` with a :class:`~transformer_np.model.LanguageModel`.
 
@@ -234,15 +235,20 @@ def generate(
     ----------
     model : LanguageModel
     prompt : ndarray of int, shape (B, T0)
-        Token ids to continue (at least one per row).
+        Token ids to continue (at least one per row, ``T0 <= config.max_len``).
     max_new_tokens : int
-        How many tokens to add; ``T0 + max_new_tokens`` must fit the positional table.
+        How many tokens to add (any number: see ``keep``).
     temperature : float, default 0.0
         0 = greedy; otherwise sampling at this temperature (see :func:`sample_next`).
     top_k : int, optional
     rng : np.random.Generator or int, optional
     use_cache : bool, default True
-        False recomputes the whole prefix at every step (the slow reference).
+        False recomputes the whole context at every step (the slow reference).
+    keep : int, optional
+        The model never reads more than ``config.max_len`` tokens (the positions it was trained
+        on). When the context is full, it restarts from its last ``keep`` tokens (default
+        ``max_len // 2``), at positions 0 .. keep - 1: with the cache, that is one new prefill.
+        Both paths apply the same rule, so they give the same tokens.
 
     Returns
     -------
@@ -253,11 +259,12 @@ def generate(
     --------
     >>> import numpy as np
     >>> from transformer_np.model import LanguageModel, LanguageModelConfig
-    >>> lm = LanguageModel(LanguageModelConfig(vocab_size=10, d_model=16, n_heads=2), rng=0)
-    >>> out = generate(lm, np.array([[1, 2, 3]]), 5)
+    >>> cfg = LanguageModelConfig(vocab_size=10, d_model=16, n_heads=2, max_len=8)
+    >>> lm = LanguageModel(cfg, rng=0)
+    >>> out = generate(lm, np.array([[1, 2, 3]]), 12)  # longer than max_len: the window slides
     >>> out.shape
-    (1, 8)
-    >>> bool((out == generate(lm, np.array([[1, 2, 3]]), 5, use_cache=False)).all())
+    (1, 15)
+    >>> bool((out == generate(lm, np.array([[1, 2, 3]]), 12, use_cache=False)).all())
     True
     """
     if not isinstance(model, LanguageModel):
@@ -266,35 +273,41 @@ def generate(
     prompt = _check_ids(prompt, "prompt", cfg.vocab_size, cfg.max_len)
     n_new = _check_count(max_new_tokens, "max_new_tokens")
     _check_sampling(temperature, top_k, cfg.vocab_size)
-    total = prompt.shape[1] + n_new
-    if total > cfg.max_len:
-        raise ValueError(
-            f"prompt length {prompt.shape[1]} + max_new_tokens {n_new} = {total} is longer than "
-            f"the positional table (max_len = {cfg.max_len})"
-        )
+    keep = cfg.max_len // 2 if keep is None else keep
+    if (
+        isinstance(keep, bool)
+        or not isinstance(keep, int | np.integer)
+        or not (1 <= keep < cfg.max_len)
+    ):
+        raise ValueError(f"keep must be an integer in [1, max_len = {cfg.max_len}), got {keep!r}")
     rng = check_rng(rng)
     model.eval()
-    B = prompt.shape[0]
+    B, T0 = prompt.shape
+    total = T0 + n_new
     out = np.zeros((B, total), dtype=np.int64)
-    out[:, : prompt.shape[1]] = prompt
-    t = prompt.shape[1]
+    out[:, :T0] = prompt
+    start = 0  # the model reads out[:, start:t]
     if use_cache:
         attn = model.blocks.layers[0].attn
-        cache = KVCache(
-            cfg.n_layers, B, attn.n_heads, total, attn.d_head, model.embed.params["W"].dtype
-        )
+        dtype = model.embed.params["W"].dtype
+        cache = KVCache(cfg.n_layers, B, attn.n_heads, cfg.max_len, attn.d_head, dtype)
         logits = _lm_step(model, prompt, cache)[:, -1]  # prefill: the whole prompt at once
     else:
         logits = model(prompt)[:, -1]
-    for _ in range(n_new):
+    for t in range(T0, total):
         out[:, t] = sample_next(logits, temperature=temperature, top_k=top_k, rng=rng)
-        t += 1
-        if t == total:
+        if t + 1 == total:
             break
-        if use_cache:
-            logits = _lm_step(model, out[:, t - 1 : t], cache)[:, -1]
+        full = t + 1 - start > cfg.max_len
+        if full:  # the window is full: restart from the last `keep` tokens
+            start = t + 1 - keep
+        if not use_cache:
+            logits = model(out[:, start : t + 1])[:, -1]
+        elif full:
+            cache.length = 0
+            logits = _lm_step(model, out[:, start : t + 1], cache)[:, -1]
         else:
-            logits = model(out[:, :t])[:, -1]
+            logits = _lm_step(model, out[:, t : t + 1], cache)[:, -1]
     return out
 
 
