@@ -531,6 +531,7 @@ class MultiHeadAttention:
             grads["b_o"] = g2.sum(axis=0)
         dctx = g2 @ p["W_o"].T  # (B*T, D) @ (D, D) -> (B*T, D)
         dctx = dctx.reshape(B, T, H, Dh).transpose(0, 2, 1, 3)  # (B*T, D) -> (B, H, T, Dh)
+        # --8<-- [start:attention_backward]
         # 3. attention: ctx = w @ v, w = softmax(s), s = (q / sqrt(Dh)) @ k^T (+ bias, mask)
         w, q, k, v = c["weights"], c["q"], c["k"], c["v"]
         dv = np.swapaxes(w, -1, -2) @ dctx  # (B, H, S, T) @ (B, H, T, Dh) -> (B, H, S, Dh)
@@ -541,6 +542,7 @@ class MultiHeadAttention:
         ds *= dt.type(1.0 / math.sqrt(Dh))  # the scale folded into q in the forward pass
         dq = ds @ k  # (B, H, T, S) @ (B, H, S, Dh) -> (B, H, T, Dh)
         dk = np.swapaxes(ds, -1, -2) @ q  # (B, H, S, T) @ (B, H, T, Dh) -> (B, H, S, Dh)
+        # --8<-- [end:attention_backward]
         # 2. merge the heads back
         dq = dq.transpose(0, 2, 1, 3).reshape(B * T, D)  # (B, H, T, Dh) -> (B*T, D)
         dk = dk.transpose(0, 2, 1, 3).reshape(B * S, D)  # (B, H, S, Dh) -> (B*S, D)

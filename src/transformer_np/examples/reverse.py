@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from importlib import resources
 
 import numpy as np
 
@@ -25,9 +26,10 @@ from ..decoding import translate
 from ..losses import CrossEntropyLoss
 from ..model import Transformer, TransformerConfig
 from ..optim import Adam, NoamSchedule
-from ..train import fit, save_model
+from ..train import fit, load_model, save_model
 
 __all__ = [
+    "load_trained",
     "PAD",
     "BOS",
     "EOS",
@@ -225,6 +227,21 @@ def history_arrays(history):
         "heldout_accuracy": np.array(history["heldout_accuracy"], dtype=np.float32),
         "seconds": np.array(history["seconds"], dtype=np.float32),
     }
+
+
+CHECKPOINT = "reverse.npz"
+
+
+def load_trained():
+    """The trained reversal model shipped with the package, and its training history.
+
+    Returns ``(model, extra)``: ``extra`` holds the arrays saved next to the model (the loss
+    per step and the evaluations; see ``examples/data/README.md`` for the command that made
+    the file).
+    """
+    path = resources.files(__package__) / "data" / CHECKPOINT
+    with resources.as_file(path) as file:
+        return load_model(file, return_extra=True)
 
 
 def main(argv=None):
