@@ -126,6 +126,8 @@ def worker_torch(args):
     import torch.nn as nn
     import torch.nn.functional as F
 
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     pe = torch.zeros(T + 1, D)
@@ -217,6 +219,8 @@ def _run_worker(which, args):
         str(args.reps),
         "--numpy-blas-threads",
         args.numpy_blas_threads,
+        "--torch-threads",
+        str(args.torch_threads),
     ]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -228,6 +232,9 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--numpy-blas-threads", choices=["one", "default"], default="one")
+    p.add_argument(
+        "--torch-threads", type=int, default=0, help="torch.set_num_threads (0: its default)"
+    )
     p.add_argument("--worker", choices=["numpy", "torch"], default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
