@@ -249,3 +249,16 @@ def test_charlm_demo_improves_in_miniature():
     assert val[-1] < val[0] < np.log(len(vocab)) + 0.5
     assert [step for step, _ in samples] == [0, 30, 60]
     assert all(text.startswith("C'era una volta") for _, text in samples)
+
+
+@pytest.mark.parametrize("module", ["reverse", "charlm"])
+def test_demo_command_lines_run_and_save_a_checkpoint(module, tmp_path, capsys):
+    import importlib
+
+    demo = importlib.import_module(f"transformer_np.examples.{module}")
+    path = tmp_path / f"{module}.npz"
+    assert demo.main(["--quick", "--steps", "10", "--no-progress", "--save", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "parameters" in out and f"saved to {path}" in out
+    model, extra = load_model(path, return_extra=True)
+    assert len(extra["loss"]) == 10

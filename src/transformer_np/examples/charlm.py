@@ -3,7 +3,7 @@
 Run it::
 
     python -m transformer_np.examples.charlm            # 1000 steps, one to two minutes
-    python -m transformer_np.examples.charlm --quick    # about twenty seconds
+    python -m transformer_np.examples.charlm --quick    # 300 steps, under a minute
 
 The text (chapters I-II and part of III, public domain; see ``data/README.md``) is split into
 characters; the last 10% is held out to measure the validation loss. The model is the
@@ -179,7 +179,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m transformer_np.examples.charlm", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--quick", action="store_true", help="a short run, about 20 seconds")
+    parser.add_argument("--quick", action="store_true", help="300 steps, under a minute")
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-limit", type=float, default=None, help="seconds")

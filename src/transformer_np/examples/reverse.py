@@ -4,7 +4,7 @@ Run it::
 
     python -m transformer_np.examples.reverse            # reverse, stops at >= 99% held-out
     python -m transformer_np.examples.reverse --task sort
-    python -m transformer_np.examples.reverse --quick    # a smaller run, a few seconds
+    python -m transformer_np.examples.reverse --quick    # shorter sequences, about 10 seconds
 
 The source is a random string of digits (length ``min_len`` to ``max_len``, padded with 0);
 the target is the same digits reversed (or sorted), then EOS. The decoder reads the target
@@ -249,7 +249,7 @@ def main(argv=None):
         prog="python -m transformer_np.examples.reverse", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--task", choices=["reverse", "sort"], default="reverse")
-    parser.add_argument("--quick", action="store_true", help="short sequences, a few seconds")
+    parser.add_argument("--quick", action="store_true", help="shorter sequences, about 10 seconds")
     parser.add_argument("--steps", type=int, default=None, help="maximum training steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-limit", type=float, default=170.0, help="seconds (default 170)")
