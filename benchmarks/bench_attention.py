@@ -1,0 +1,654 @@
+"""Benchmark attention in NumPy against PyTorch's CPU scaled_dot_product_attention.
+
+Workload (issue 6): float32, batch 1, 8 heads, d_head 64, n = 512, 1024, 2048, 4096, and
+n = 16384 for the memory-efficient versions. Implementations:
+
+- ``naive``     the textbook vectorised NumPy: softmax(q k^T / sqrt(d)) v, one thread, new
+                arrays at every step (what plain NumPy gives before any care);
+- ``sdpa``      ``transformer_np.scaled_dot_product_attention`` (returns the weights too);
+- ``blockwise`` ``transformer_np.blockwise_attention`` (online softmax, no n x n matrix);
+- ``torch``     ``torch.nn.functional.scaled_dot_product_attention`` on CPU.
+
+Method
+------
+Every implementation runs in a fresh Python process of its own (this script re-invokes itself
+with ``--worker``), so PyTorch's and OpenBLAS's thread pools never share a process and no
+measurement inherits the memory of another. For each n the driver starts one worker per
+implementation, plus one for the matrix-product peak, one after the other.
+
+- **Peak extra memory**: measured first thing in each fresh worker. It creates the inputs,
+  makes one small call (so that OpenBLAS/PyTorch allocate their thread buffers and load their
+  code), resets the kernel's peak-RSS counter (writing ``5`` to ``/proc/self/clear_refs``),
+  reads the resident memory ``VmRSS``, makes one call and reads the peak ``VmHWM``. Extra
+  memory = peak - resident before the call. This counts every page the process touched, BLAS
+  buffers included (``tracemalloc`` does not see those), and includes the result arrays (the
+  output, and for ``sdpa`` the returned weights).
+- **Time**: after ``--warmup`` calls (the memory call is the first; one only at n > 4096), the
+  workers are timed in *interleaved rounds*: in each round every worker makes one call in turn
+  (the order rotates, with a ``--pause`` before each call so the previous process's threads go
+  idle) while the others wait. Noise from other processes on a shared machine then hits every
+  implementation alike. ``--reps`` rounds, fewer once ``--budget`` seconds have passed (at
+  least 3). Reported: the median time; ratios ("x PyTorch") are medians over the rounds of the
+  ratio of the two times measured in the same round.
+- **FLOPs** count the two matrix products only: ``4 n^2 d`` per head (``2 n^2 d`` for q k^T
+  and as many for the weights times v). **% of peak** divides by a float32 2048 x 2048 NumPy
+  matrix product (``2 n^3`` FLOPs) timed in the same rounds.
+- **Where the time goes**: at the size closest to 2048, a separate worker times each step of
+  the full version's blocked path on one core with ``time.thread_time`` (see
+  :func:`profile_steps`): the fractions of CPU time and the cost of ``np.exp`` per element.
+- **Too big to run**: ``sdpa`` and ``naive`` at n = 16384 need 8.6 GB of scores (more for
+  ``naive``). They run only if ``MemAvailable`` exceeds their estimated need; otherwise their
+  time and memory are *extrapolated* from the largest measured n (both scaled by (n / n_0)^2:
+  at n_0 = 4096 the n^2 terms already dominate) and marked as extrapolated.
+
+Usage::
+
+    python benchmarks/bench_attention.py                     # full run, ~10 minutes
+    python benchmarks/bench_attention.py --quick             # smoke run, tiny sizes
+    python benchmarks/bench_attention.py --out results/x.json
+
+Writes ``<out>.json`` (all numbers and the machine), ``<out>.md`` and ``<out>.it.md`` (the
+table, in English and Italian) and ``<out>.svg`` (the plot, drawn by the site's figure module
+``figures/efficient_attention_benchmark.py``) and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE / "results" / "attention.json"
+IMPLS = ("naive", "sdpa", "blockwise", "torch")
+BIG_ONLY = ("blockwise", "torch")  # the memory-efficient ones, measured at every big n
+HEADS, D_HEAD = 8, 64
+
+
+# --------------------------------------------------------------------------------------------
+# Worker side: one measurement in this (fresh) process
+# --------------------------------------------------------------------------------------------
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not found in /proc/self/status")
+
+
+def _make_call(impl: str, n: int, block_size: int | None):
+    """Inputs of shape (1, 8, n, 64) float32 and a zero-argument callable running ``impl``."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    shape = (1, HEADS, n, D_HEAD)
+    q, k, v = (rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
+    if impl == "torch":
+        import torch
+
+        tq, tk, tv = (torch.from_numpy(a) for a in (q, k, v))
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+
+        def call():
+            with torch.no_grad():
+                return sdpa(tq, tk, tv)
+
+        return call
+    if impl == "naive":
+
+        def call():
+            s = q @ k.swapaxes(-1, -2) / np.float32(np.sqrt(D_HEAD))
+            e = np.exp(s - s.max(axis=-1, keepdims=True))
+            w = e / e.sum(axis=-1, keepdims=True)
+            return w @ v, w
+
+        return call
+    if impl == "sdpa":
+        from transformer_np import scaled_dot_product_attention
+
+        return lambda: scaled_dot_product_attention(q, k, v)
+    if impl == "blockwise":
+        from transformer_np.blockwise import blockwise_attention
+
+        kwargs = {} if block_size is None else {"block_size": block_size}
+        return lambda: blockwise_attention(q, k, v, **kwargs)
+    if impl == "matmul":
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        return lambda: a @ b
+    raise ValueError(f"unknown implementation {impl!r}")
+
+
+def profile_steps(n: int, reps: int = 3) -> dict:
+    """CPU time of each step of ``scaled_dot_product_attention``'s blocked path, on one core.
+
+    The same blocks as the package (``row_blocks``), one thread, one OpenBLAS thread; each step
+    timed with ``time.thread_time`` (CPU time of this thread, less sensitive than wall time to
+    other processes sharing the machine). Median over ``reps`` calls.
+    """
+    import math
+
+    import numpy as np
+
+    from transformer_np._parallel import blas_single_threaded, row_blocks
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((HEADS, n, D_HEAD), dtype=np.float32) for _ in range(3))
+    weights = np.empty((HEADS, n, n), np.float32)
+    output = np.empty((HEADS, n, D_HEAD), np.float32)
+    scale = np.float32(1 / math.sqrt(D_HEAD))
+    names = ["1. q k^T", "4. max", "4. subtract", "4. exp", "4. sum", "4. divide", "5. w v"]
+    # The package's blocks (one block, the whole array, for sizes it does not split).
+    blocks = row_blocks((HEADS,), n, n * 4) or [((slice(None),), slice(None))]
+    runs = []
+    with blas_single_threaded():
+        for _ in range(reps + 1):  # the first run, which also maps the memory, is not counted
+            spent = dict.fromkeys(names, 0.0)
+            for items, rows in blocks:
+                qb, kb, vb = q[items][:, rows], k[items], v[items]
+                w, o = weights[items][:, rows], output[items][:, rows]
+                t0 = time.thread_time()
+                np.matmul(qb * scale, kb.swapaxes(-1, -2), out=w)
+                t1 = time.thread_time()
+                m = w.max(axis=-1, keepdims=True)
+                t2 = time.thread_time()
+                w -= m
+                t3 = time.thread_time()
+                np.exp(w, out=w)
+                t4 = time.thread_time()
+                total = w.sum(axis=-1, keepdims=True)
+                t5 = time.thread_time()
+                w /= total
+                t6 = time.thread_time()
+                np.matmul(w, vb, out=o)
+                t7 = time.thread_time()
+                for name, dt in zip(names, np.diff([t0, t1, t2, t3, t4, t5, t6, t7]), strict=True):
+                    spent[name] += dt
+            runs.append(spent)
+    runs = runs[1:]
+    median = {name: statistics.median(r[name] for r in runs) for name in names}
+    total = sum(median.values())
+    return {
+        "n": n,
+        "core_seconds": total,
+        "fraction": {name: t / total for name, t in median.items()},
+        "exp_ns_per_element": median["4. exp"] / (HEADS * n * n) * 1e9,
+    }
+
+
+def worker(args) -> None:
+    """Serve one implementation at one n: memory first, then one timed call per request.
+
+    Prints one JSON line when ready (with the peak extra memory), then for every line ``run``
+    read from stdin makes one call and prints its time; stops at ``quit`` or end of input.
+    """
+    impl, n = args.impl, args.n
+    if impl == "steps":
+        print(json.dumps(profile_steps(n)), flush=True)
+        return
+    # 1. Memory, first thing in this fresh process. Let the libraries allocate their buffers and
+    #    thread pools on a small problem, then count the pages one call touches.
+    _make_call(impl, 64, args.block_size)()
+    call = _make_call(impl, n, args.block_size)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM (the peak) to the current VmRSS
+    before = _status_kib("VmRSS")
+    out = call()
+    ready = {"impl": impl, "n": n, "peak_extra_bytes": (_status_kib("VmHWM") - before) * 1024}
+    del out
+    # 2. Warm-up (the call above was the first one).
+    for _ in range(max(0, args.warmup - 1)):
+        call()
+    if impl == "torch":
+        import torch
+
+        ready["threads"] = torch.get_num_threads()
+    print(json.dumps(ready), flush=True)
+    # 3. Timed calls, on request, so the driver can interleave the implementations.
+    for line in sys.stdin:
+        if line.strip() != "run":
+            break
+        t0 = time.perf_counter()
+        call()
+        print(json.dumps({"t": time.perf_counter() - t0}), flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Driver side
+# --------------------------------------------------------------------------------------------
+
+
+class Worker:
+    """A fresh process serving one implementation at one n (see :func:`worker`)."""
+
+    def __init__(self, impl: str, n: int, args):
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", impl, str(n)]
+        cmd += ["--warmup", str(args.warmup if n <= 4096 else 1)]
+        if args.block_size is not None:
+            cmd += ["--block-size", str(args.block_size)]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(HERE.parent / "src") + os.pathsep + env.get("PYTHONPATH", "")
+        self.name = f"{impl} n={n}"
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.ready = self._read()
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            err = self.proc.stderr.read()
+            self.proc.wait()
+            raise RuntimeError(f"worker {self.name} failed:\n{err}")
+        return json.loads(line)
+
+    def time_one_call(self) -> float:
+        self.proc.stdin.write("run\n")
+        self.proc.stdin.flush()
+        return self._read()["t"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            self.proc.wait()
+
+
+def mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def machine_info() -> dict:
+    import numpy as np
+
+    cpu = platform.processor() or "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        blas = f"{blas.get('name')} {blas.get('version')}"
+    except Exception:  # noqa: BLE001 - informative only
+        blas = "?"
+    try:
+        with open("/proc/meminfo") as f:
+            mem = int(f.readline().split()[1]) * 1024
+    except OSError:
+        mem = 0
+    info = {
+        "cpu": cpu,
+        "cores_available": len(os.sched_getaffinity(0)),
+        "memory_gb": round(mem / 1e9, 1),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "blas": blas,
+        "platform": platform.platform(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "loadavg_start": os.getloadavg(),
+    }
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+    except ImportError:
+        info["torch"] = None
+    return info
+
+
+def gflops(n: int, seconds: float) -> float:
+    return 4 * n * n * D_HEAD * HEADS / seconds / 1e9
+
+
+def estimated_need(impl: str, n: int) -> int:
+    """Bytes the full (n x n) versions need at n: scores (x2 for naive's temporaries), x1.2."""
+    scores = HEADS * n * n * 4
+    return int(scores * (3 if impl == "naive" else 1) * 1.2)
+
+
+def measure_at(n: int, impls: list[str], args) -> dict[str, dict]:
+    """Memory and interleaved timings of ``impls`` (and the matmul peak) at one n.
+
+    One fresh worker per implementation, started one after the other (so that their memory
+    measurements and warm-ups do not overlap); then rounds in which each worker in turn makes
+    one call while the others wait. Noise from other processes on a shared machine then hits
+    every implementation alike, and each round gives a ratio between two calls made a few
+    seconds apart.
+    """
+    workers = {}
+    try:
+        for impl in ["matmul"] + impls:
+            try:
+                workers[impl] = Worker(impl, args.peak_n if impl == "matmul" else n, args)
+            except RuntimeError as exc:
+                print(f"# {exc}", file=sys.stderr)
+        times = {impl: [] for impl in workers}
+        start = time.perf_counter()
+        for r in range(args.reps):
+            order = list(workers)
+            order = order[r % len(order) :] + order[: r % len(order)]  # rotate who goes first
+            for impl in order:
+                time.sleep(args.pause)  # let the previous process's threads go idle
+                times[impl].append(workers[impl].time_one_call())
+            if r >= 2 and time.perf_counter() - start > args.budget:
+                break  # slow sizes: 3 rounds are enough
+    finally:
+        for w in workers.values():
+            w.close()
+    return {impl: {**workers[impl].ready, "times": times[impl]} for impl in workers}
+
+
+def _paired_ratio(num: list[float], den: list[float]) -> float:
+    """Median over rounds of num[r] / den[r]: how many times faster ``den`` is than ``num``."""
+    return statistics.median(a / b for a, b in zip(num, den, strict=True))
+
+
+def drive(args) -> dict:
+    sizes = args.sizes
+    big = [n for n in sizes if n > 4096]
+    info = machine_info()
+    print(
+        f"# machine: {info['cpu']}, {info['cores_available']} cores, numpy {info['numpy']} "
+        f"({info['blas']}), torch {info['torch']}",
+        file=sys.stderr,
+    )
+    rows, peaks = [], []
+    for n in sizes:
+        impls = []
+        for impl in args.impls:
+            if n in big and impl not in BIG_ONLY:
+                if not args.full_big or estimated_need(impl, n) > mem_available():
+                    continue  # not run: extrapolated below
+            impls.append(impl)
+        res = measure_at(n, impls, args)
+        mm = res.pop("matmul")
+        peak = 2 * args.peak_n**3 / statistics.median(mm["times"]) / 1e9
+        peaks.append({"n": n, "gflops": peak, "times": mm["times"]})
+        for impl, r in res.items():
+            row = {"impl": impl, "n": n, "measured": True, "times": r["times"]}
+            row["median_s"] = statistics.median(r["times"])
+            row["peak_extra_bytes"] = r["peak_extra_bytes"]
+            row["gflops"] = gflops(n, row["median_s"])
+            # % of the matmul peak measured in the same rounds
+            row["pct_peak"] = (
+                100
+                * _paired_ratio([2 * args.peak_n**3 / t / 1e9 for t in mm["times"]], r["times"])
+                * 0
+                + 100 * row["gflops"] / peak
+            )
+            if "torch" in res:
+                row["vs_torch"] = _paired_ratio(res["torch"]["times"], r["times"])
+            if "sdpa" in res:
+                row["vs_sdpa"] = _paired_ratio(res["sdpa"]["times"], r["times"])
+            rows.append(row)
+            print(
+                f"# {impl:9s} n={n:5d}: {row['median_s'] * 1e3:9.1f} ms, "
+                f"{row['gflops']:6.1f} GFLOP/s, {row['peak_extra_bytes'] / 2**20:8.1f} MiB"
+                + (f", {row['vs_torch']:.2f} x torch" if "vs_torch" in row else ""),
+                file=sys.stderr,
+            )
+        print(f"# n={n}: float32 {args.peak_n}^2 matmul {peak:.1f} GFLOP/s", file=sys.stderr)
+
+    # Extrapolate the n x n versions to the big sizes from their largest measured n.
+    for n in big:
+        for impl in args.impls:
+            if any(r["impl"] == impl and r["n"] == n for r in rows):
+                continue
+            base = [r for r in rows if r["impl"] == impl and r["measured"]]
+            if not base:
+                continue
+            b = max(base, key=lambda r: r["n"])
+            f = (n / b["n"]) ** 2
+            row = {
+                "impl": impl,
+                "n": n,
+                "measured": False,
+                "extrapolated_from": b["n"],
+                "median_s": b["median_s"] * f,
+                "gflops": b["gflops"],
+                "pct_peak": b["pct_peak"],
+                "peak_extra_bytes": int(b["peak_extra_bytes"] * f),
+                "times": [],
+            }
+            same_n = {r["impl"]: r for r in rows if r["n"] == n and r["measured"]}
+            if "torch" in same_n:
+                row["vs_torch"] = same_n["torch"]["median_s"] / row["median_s"]
+            rows.append(row)
+    for row in rows:  # the extrapolated full version as the reference of its n
+        ref = next((r for r in rows if r["n"] == row["n"] and r["impl"] == "sdpa"), None)
+        if ref is not None and not ref["measured"]:
+            row["vs_sdpa"] = ref["median_s"] / row["median_s"]
+
+    # Where the time of the full version goes, step by step, at the size closest to 2048.
+    n_steps = min(sizes, key=lambda n: abs(n - 2048))
+    steps = None
+    if "sdpa" in args.impls:
+        try:
+            w = Worker("steps", n_steps, args)
+            steps = w.ready
+            w.close()
+        except RuntimeError as exc:
+            print(f"# {exc}", file=sys.stderr)
+
+    info["loadavg_end"] = os.getloadavg()
+    overall = statistics.median(p["gflops"] for p in peaks)
+    return {
+        "workload": {
+            "batch": 1,
+            "heads": HEADS,
+            "d_head": D_HEAD,
+            "dtype": "float32",
+            "flops_per_call": "4 * n^2 * d_head * heads",
+        },
+        "settings": {
+            "command": " ".join(["python", "benchmarks/bench_attention.py"] + sys.argv[1:]),
+            "reps": args.reps,
+            "warmup": args.warmup,
+            "budget_s": args.budget,
+            "pause_s": args.pause,
+            "block_size": args.block_size,
+            "quick": args.quick,
+        },
+        "machine": info,
+        "matmul_peak": {"n": args.peak_n, "gflops": overall, "per_size": peaks},
+        "steps": steps,
+        "rows": sorted(rows, key=lambda r: (r["n"], IMPLS.index(r["impl"]))),
+    }
+
+
+NAMES = {
+    "naive": "NumPy naive",
+    "sdpa": "`scaled_dot_product_attention`",
+    "blockwise": "`blockwise_attention`",
+    "torch": "PyTorch SDPA",
+}
+TABLE_TEXT = {
+    "en": {
+        "header": [
+            "implementation",
+            "n",
+            "time (ms)",
+            "GFLOP/s",
+            "% of matmul peak",
+            "× PyTorch",
+            "peak extra memory (MiB)",
+        ],
+        "caption": "float32, batch 1, {heads} heads, d_head {d}; time: median of the timed "
+        "calls; × PyTorch: median of the ratios of calls made in the same round. % of peak: of a "
+        "float32 {pn}×{pn} matrix product timed in the same rounds ({peak:.1f} GFLOP/s, median "
+        "over the sizes). Machine: {cpu}, {cores} cores, {mem} GB of RAM; NumPy {numpy} ({blas}), "
+        "PyTorch {torch}; {date}; load average {l0:.2f} at the start, {l1:.2f} at the end.",
+        "extrapolated": "\\* not measured at this n (the n × n scores would need {need:.1f} GB): "
+        "time and memory extrapolated from n = {base}, multiplied by (n / {base})².",
+    },
+    "it": {
+        "header": [
+            "implementazione",
+            "n",
+            "tempo (ms)",
+            "GFLOP/s",
+            "% del picco matmul",
+            "× PyTorch",
+            "memoria extra di picco (MiB)",
+        ],
+        "caption": "float32, batch 1, {heads} teste, d_head {d}; tempo: mediana delle chiamate "
+        "cronometrate; × PyTorch: mediana dei rapporti tra chiamate dello stesso giro. % del "
+        "picco: di un prodotto di matrici float32 {pn}×{pn} cronometrato negli stessi giri "
+        "({peak:.1f} GFLOP/s, mediana sulle taglie). Macchina: {cpu}, {cores} core, "
+        "{mem} GB di RAM; NumPy {numpy} ({blas}), PyTorch {torch}; {date}; carico medio "
+        "{l0:.2f} all'inizio, {l1:.2f} alla fine.",
+        "extrapolated": "\\* non misurato a questo n (i punteggi n × n richiederebbero "
+        "{need:.1f} GB): tempo e memoria estrapolati da n = {base}, "
+        "moltiplicati per (n / {base})².",
+    },
+}
+
+
+def markdown_table(res: dict, lang: str = "en") -> str:
+    """The results as a Markdown table with a caption naming the machine, in ``lang``."""
+    text, m, mp = TABLE_TEXT[lang], res["machine"], res["matmul_peak"]
+    lines = ["| " + " | ".join(text["header"]) + " |", "|---|--:|--:|--:|--:|--:|--:|"]
+    for r in res["rows"]:
+        star = "" if r["measured"] else " \\*"
+        vs = f"{r['vs_torch']:.2f}" if r["vs_torch"] is not None else "–"
+        lines.append(
+            f"| {NAMES[r['impl']]}{star} | {r['n']} | {r['median_s'] * 1e3:.1f} | "
+            f"{r['gflops']:.1f} | {r['pct_peak']:.0f} | {vs} | "
+            f"{r['peak_extra_bytes'] / 2**20:.1f} |"
+        )
+    lines += [
+        "",
+        text["caption"].format(
+            heads=HEADS,
+            d=D_HEAD,
+            peak=mp["gflops"],
+            pn=mp["n"],
+            cpu=m["cpu"],
+            cores=m["cores_available"],
+            mem=m["memory_gb"],
+            numpy=m["numpy"],
+            blas=m["blas"],
+            torch=m["torch"],
+            date=m["date"],
+            l0=m["loadavg_start"][0],
+            l1=m["loadavg_end"][0],
+        ),
+    ]
+    for r in res["rows"]:
+        if not r["measured"]:
+            need = estimated_need(r["impl"], r["n"]) / 1e9
+            lines += ["", text["extrapolated"].format(need=need, base=r["extrapolated_from"])]
+            break
+    return "\n".join(lines) + "\n"
+
+
+def plot(res: dict, path: Path) -> None:
+    """Draw ``res`` with the site's figure module (figures/attention_benchmark.py), as SVG."""
+    import importlib.util
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    module_path = HERE.parent / "figures" / "efficient_attention_benchmark.py"
+    spec = importlib.util.spec_from_file_location("attention_benchmark_figure", module_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.figure("en", res).savefig(path, format="svg", metadata={"Date": None})
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="JSON path; the .md table and .svg plot go next to it",
+    )
+    p.add_argument("--quick", action="store_true", help="tiny sizes, few reps: a smoke run")
+    p.add_argument("--sizes", type=int, nargs="+", default=None)
+    p.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
+    p.add_argument("--reps", type=int, default=None, help="timed rounds per n (default 7)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 2)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=60.0,
+        help="seconds of timed rounds per n before stopping (after at least 3 rounds)",
+    )
+    p.add_argument(
+        "--pause", type=float, default=None, help="seconds of pause before each timed call"
+    )
+    p.add_argument("--block-size", type=int, default=None, help="blockwise block size")
+    p.add_argument("--peak-n", type=int, default=None, help="matmul size for the peak")
+    p.add_argument(
+        "--full-big",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the n x n versions at n > 4096 when the memory allows",
+    )
+    p.add_argument("--no-plot", action="store_true")
+    p.add_argument("--worker", nargs=2, metavar=("IMPL", "N"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    if args.worker:
+        args.impl, n = args.worker
+        args.n = int(n)
+        args.warmup = 2 if args.warmup is None else args.warmup
+        worker(args)
+        return 0
+
+    if args.quick:
+        args.sizes = args.sizes or [64, 128]
+        args.reps = args.reps or 2
+        args.warmup = 1 if args.warmup is None else args.warmup
+        args.peak_n = args.peak_n or 512
+        args.pause = 0.02 if args.pause is None else args.pause
+    else:
+        args.sizes = args.sizes or [512, 1024, 2048, 4096, 16384]
+        args.reps = args.reps or 7
+        args.warmup = 2 if args.warmup is None else args.warmup
+        args.peak_n = args.peak_n or 2048
+        args.pause = 0.3 if args.pause is None else args.pause
+
+    res = drive(args)
+    out = args.out.with_suffix(".json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1) + "\n")
+    table = markdown_table(res, "en")
+    out.with_suffix(".md").write_text(table)
+    out.with_suffix(".it.md").write_text(markdown_table(res, "it"))
+    if not args.no_plot:
+        plot(res, out.with_suffix(".svg"))
+    print(table)
+    print(
+        f"wrote {out}, {out.with_suffix('.md')}"
+        + ("" if args.no_plot else f", {out.with_suffix('.svg')}"),
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

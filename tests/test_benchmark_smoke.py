@@ -1,0 +1,51 @@
+"""The attention benchmark script runs end to end and writes its table, JSON and plot.
+
+A smoke run on tiny sizes: it checks that the script works (every implementation, PyTorch in
+its own process, the memory and time measurements, the outputs), never how fast anything is.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "bench_attention.py"
+
+
+@pytest.mark.slow
+def test_benchmark_quick_run_writes_table_json_and_plot(tmp_path):
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, str(SCRIPT), "--quick", "--sizes", "32", "--reps", "1", "--warmup", "0"]
+    proc = subprocess.run(
+        cmd + ["--out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr
+
+    res = json.loads(out.read_text())
+    impls = {r["impl"] for r in res["rows"]}
+    assert impls == {"naive", "sdpa", "blockwise", "torch"}
+    for row in res["rows"]:
+        assert row["n"] == 32 and row["measured"]
+        assert row["median_s"] > 0 and row["gflops"] > 0
+        assert row["peak_extra_bytes"] >= 0
+        assert row["vs_torch"] is not None
+    assert res["matmul_peak"]["gflops"] > 0
+    assert res["machine"]["cores_available"] >= 1 and res["machine"]["numpy"]
+    steps = res["steps"]
+    assert steps["n"] == 32 and abs(sum(steps["fraction"].values()) - 1) < 1e-9
+    assert steps["exp_ns_per_element"] > 0
+
+    table = out.with_suffix(".md").read_text()
+    assert table.startswith("| implementation | n | time (ms) | GFLOP/s |")
+    assert table in proc.stdout  # the table is printed too
+    assert len([ln for ln in table.splitlines() if ln.startswith("| ")]) == 1 + 4  # header + rows
+
+    assert out.with_suffix(".it.md").read_text().startswith("| implementazione | n |")
+
+    svg = out.with_suffix(".svg").read_text()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
