@@ -95,7 +95,7 @@ def cross_entropy(logits, targets, *, ignore_index=None, label_smoothing=0.0):
     -----
     With :math:`p = \\mathrm{softmax}(z)`, target distribution
     :math:`q = (1-\\varepsilon)\\,\\mathrm{onehot}(y) + \\varepsilon / V` and
-:math:`N` non-ignored rows,
+    :math:`N` non-ignored rows,
 
     .. math:: L = -\\frac{1}{N} \\sum_{\\text{rows}} \\sum_i q_i \\log p_i, \\qquad
               \\frac{\\partial L}{\\partial z} = \\frac{p - q}{N}.
