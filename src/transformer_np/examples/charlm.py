@@ -27,7 +27,8 @@ from ..decoding import generate
 from ..losses import cross_entropy
 from ..model import LanguageModel, LanguageModelConfig
 from ..optim import Adam, NoamSchedule
-from ..train import fit, load_model, save_model
+from ..train import fit, save_model
+from . import load_shipped
 
 __all__ = ["CharVocab", "load_text", "load_trained", "train_charlm"]
 
@@ -170,9 +171,7 @@ def load_trained():
     per step and the evaluations; see ``examples/data/README.md`` for the command that made
     the file).
     """
-    path = resources.files(__package__) / "data" / CHECKPOINT
-    with resources.as_file(path) as file:
-        return load_model(file, return_extra=True)
+    return load_shipped(CHECKPOINT)
 
 
 def main(argv=None):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from importlib import resources
 
 import numpy as np
 
@@ -26,7 +25,8 @@ from ..decoding import translate
 from ..losses import CrossEntropyLoss
 from ..model import Transformer, TransformerConfig
 from ..optim import Adam, NoamSchedule
-from ..train import fit, load_model, save_model
+from ..train import fit, save_model
+from . import load_shipped
 
 __all__ = [
     "load_trained",
@@ -239,9 +239,7 @@ def load_trained():
     per step and the evaluations; see ``examples/data/README.md`` for the command that made
     the file).
     """
-    path = resources.files(__package__) / "data" / CHECKPOINT
-    with resources.as_file(path) as file:
-        return load_model(file, return_extra=True)
+    return load_shipped(CHECKPOINT)
 
 
 def main(argv=None):
