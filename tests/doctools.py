@@ -51,6 +51,17 @@ def relative_names(lang: str, suffix: str = ".md") -> list[str]:
     return [p.relative_to(DOCS / lang).as_posix() for p in pages(lang, suffix)]
 
 
+def page_url_path(lang: str, rel: str) -> str:
+    """URL path (from the site root) of the page docs/<lang>/<rel>."""
+    stem = rel.rsplit(".", 1)[0]
+    prefix = "" if lang == DEFAULT_LANGUAGE else f"{lang}/"
+    if stem == "index":
+        return prefix
+    if stem.endswith("/index"):
+        stem = stem[: -len("/index")]
+    return f"{prefix}{stem}/"
+
+
 # --------------------------------------------------------------------------------------------
 # Snippet expansion (the same extension and configuration as the site build)
 
@@ -105,7 +116,6 @@ class Fence:
     body: str  # the content, dedented by the fence's indentation
     line: int  # 1-based line of the opening fence
     end_line: int  # 1-based line of the closing fence
-    indent: str
 
 
 def fences(text: str) -> list[Fence]:
@@ -128,7 +138,7 @@ def fences(text: str) -> list[Fence]:
         body = "\n".join(
             ln[len(indent) :] if ln.startswith(indent) else ln.lstrip() for ln in lines[i + 1 : j]
         )
-        found.append(Fence(info=info, body=body, line=i + 1, end_line=j + 1, indent=indent))
+        found.append(Fence(info=info, body=body, line=i + 1, end_line=j + 1))
         i = j + 1
     return found
 

@@ -18,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from doctools import DEFAULT_LANGUAGE, DOCS, LANGUAGES, notebook, notebook_formula_count, pages
+from doctools import DOCS, LANGUAGES, notebook, notebook_formula_count, page_url_path, pages
 
 pytestmark = pytest.mark.browser
 
@@ -36,17 +36,6 @@ CHROMIUM_ARGS = [
 ]
 SEARCH_WORD = {"it": "attenzione", "en": "attention"}
 OTHER = {"it": "en", "en": "it"}
-
-
-def page_url_path(lang: str, rel: str) -> str:
-    """URL path (from the site root) of the page docs/<lang>/<rel>."""
-    stem = rel.rsplit(".", 1)[0]
-    prefix = "" if lang == DEFAULT_LANGUAGE else f"{lang}/"
-    if stem == "index":
-        return prefix
-    if stem.endswith("/index"):
-        stem = stem[: -len("/index")]
-    return f"{prefix}{stem}/"
 
 
 PAGES = [

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from doctools import DEFAULT_LANGUAGE, DOCS, LANGUAGES, notebook, pages
+from doctools import DOCS, LANGUAGES, notebook, page_url_path, pages
 
 # A tag that makes the browser fetch its src/href (a canonical or alternate <link> fetches nothing).
 EXTERNAL_ASSET = re.compile(
@@ -22,13 +22,7 @@ NOT_FETCHED = re.compile(r"""\brel=["'](?:canonical|alternate)["']""", re.I)
 
 def _html_path(site, lang, rel):
     """Where the page docs/<lang>/<rel> lands in the built site."""
-    stem = rel.rsplit(".", 1)[0]
-    prefix = "" if lang == DEFAULT_LANGUAGE else f"{lang}/"
-    if stem == "index":
-        return site / prefix / "index.html"
-    if stem.endswith("/index"):
-        stem = stem[: -len("/index")]
-    return site / prefix / stem / "index.html"
+    return site / page_url_path(lang, rel) / "index.html"
 
 
 def test_strict_build_succeeds_without_warnings(built_site):
