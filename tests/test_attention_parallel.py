@@ -1,8 +1,10 @@
 """The fast path of scaled_dot_product_attention (blocks of query rows spread over threads)
-gives the result of the plain one-pass computation, for every layout that reaches it.
+gives the result of the plain one-pass computation, for every layout that reaches it, with and
+without the weights (``need_weights=False``), with and without the row maximum.
 
 Problems of 2 MiB of scores or more take the blocked path (``_parallel.MIN_SPLIT_BYTES``); the
-reference is the same five steps run once on the whole arrays (``_attention_steps``).
+reference is the same five steps run once on the whole arrays (``_attention_steps``), always
+subtracting the row maximum.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import pytest
 
 from transformer_np import causal_mask, padding_mask, scaled_dot_product_attention
 from transformer_np._parallel import MIN_SPLIT_BYTES, blas_single_threaded, row_blocks
-from transformer_np.attention import _attention_steps
+from transformer_np.attention import _attention_steps, _scores_are_bounded
 
 TOL = {np.float32: 2e-6, np.float64: 1e-13}
 
@@ -34,6 +36,9 @@ def _check(q, k, v, mask=None, bias=None):
     tol = TOL[q.dtype.type]
     np.testing.assert_allclose(w, ref_w, atol=tol, rtol=0)
     np.testing.assert_allclose(out, ref_out, atol=tol, rtol=0)
+    out_only, none = scaled_dot_product_attention(q, k, v, mask, bias=bias, need_weights=False)
+    assert none is None and out_only.dtype == out.dtype
+    np.testing.assert_allclose(out_only, ref_out, atol=tol, rtol=0)
     return out, w
 
 
@@ -117,3 +122,81 @@ def test_blas_threads_are_restored_after_the_fast_path():
     with blas_single_threaded():
         assert api[0]() == 1
     assert api[0]() == before
+
+
+# ----------------------------------------------------------------------------------------------
+# the row maximum is skipped only when a bound proves the scores small
+# ----------------------------------------------------------------------------------------------
+
+
+def test_the_bound_holds_for_ordinary_inputs_and_fails_for_large_ones():
+    rng = np.random.default_rng(8)
+    q, k, v = _qkv(rng, (2, 64, 16), (2, 64, 16))
+    assert _scores_are_bounded(q, k, v, None)
+    assert not _scores_are_bounded(q * 30, k * 30, v, None)  # scores up to ~ 900 / 4
+    assert _scores_are_bounded(q, k, v * 1e30, None)  # 64 e^B 1e30 still fits in float32
+    assert not _scores_are_bounded(q, k, v * 1e36, None)  # n_k e^B max|v| could overflow
+    bert_mask = np.where(rng.random((64, 64)) < 0.5, 0.0, -1e9).astype(np.float32)
+    assert not _scores_are_bounded(q, k, v, bert_mask)  # large finite bias
+    blocked = np.where(rng.random((64, 64)) < 0.5, 0.0, -np.inf).astype(np.float32)
+    assert _scores_are_bounded(q, k, v, blocked)  # -inf blocks; it does not count in the bound
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_steps_without_the_row_maximum_give_the_same_weights(dtype):
+    rng = np.random.default_rng(9)
+    q, k, v = _qkv(rng, (3, 40, 8), (3, 50, 8), d_v=6, dtype=dtype)
+    mask = rng.random((40, 50)) < 0.7
+    mask[5] = False  # a row with every key blocked
+    assert _scores_are_bounded(q, k, v, None)
+    results = []
+    for shift in (True, False):
+        out, w = np.empty((3, 40, 6), dtype), np.empty((3, 40, 50), dtype)
+        _attention_steps(q, k, v, mask, None, out, w, shift=shift)
+        results.append((out, w))
+    (out1, w1), (out2, w2) = results
+    tol = TOL[dtype]
+    np.testing.assert_allclose(w2, w1, atol=tol, rtol=0)
+    np.testing.assert_allclose(out2, out1, atol=tol, rtol=0)
+    assert np.all(w2[:, 5] == 0) and np.all(out2[:, 5] == 0)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_large_scores_on_the_fast_path_take_the_row_maximum(need_weights):
+    # scores up to ~150: e^150 overflows float32, so the fast path must subtract the maximum
+    rng = np.random.default_rng(10)
+    q, k, v = _qkv(rng, (2, 2, 512, 16), (2, 2, 512, 16))
+    q *= 6.0
+    k *= 6.0
+    assert not _scores_are_bounded(q, k, v, None)
+    out, w = scaled_dot_product_attention(q, k, v, need_weights=need_weights)
+    s = (q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2)) / 4.0
+    ref_w = np.exp(s - s.max(-1, keepdims=True))
+    ref_w /= ref_w.sum(-1, keepdims=True)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, ref_w @ v, atol=2e-4, rtol=0)  # float32 scores of ~150
+    if need_weights:
+        np.testing.assert_allclose(w, ref_w, atol=2e-4, rtol=0)
+
+
+def test_bert_style_additive_mask_on_the_fast_path():
+    # -1e9 on every key of a row absorbs the scores (-1e9 + s == -1e9 in float32): the row comes
+    # out uniform, as in the one-pass path; elsewhere the -1e9 keys get a weight of 0
+    rng = np.random.default_rng(11)
+    q, k, v = _qkv(rng, (2, 2, 512, 16), (2, 2, 512, 16))
+    bias = np.zeros((512, 512), np.float32)
+    bias[:, 400:] = -1e9
+    bias[7] = -1e9  # every key of row 7
+    out, w = _check(q, k, v, bias=bias)
+    np.testing.assert_allclose(w[..., 7, :], 1 / 512, rtol=1e-5)
+    assert np.all(w[..., :7, 400:] == 0) and np.all(w[..., 8:, 400:] == 0)
+
+
+def test_need_weights_must_be_a_bool():
+    rng = np.random.default_rng(12)
+    q, k, v = _qkv(rng, (4, 8), (5, 8))
+    with pytest.raises(TypeError, match=r"need_weights must be True or False, got 'no' \(str\)"):
+        scaled_dot_product_attention(q, k, v, need_weights="no")
+    out, w = scaled_dot_product_attention(q, k, v, need_weights=np.bool_(False))  # small path
+    assert w is None
+    np.testing.assert_allclose(out, scaled_dot_product_attention(q, k, v)[0], atol=2e-6)

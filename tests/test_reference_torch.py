@@ -19,6 +19,7 @@ from transformer_np import (
     padding_mask,
     scaled_dot_product_attention,
 )
+from transformer_np.attention import _scores_are_bounded
 
 TOL = {np.float32: 1e-5, np.float64: 1e-12}
 TORCH_DTYPE = {np.float32: torch.float32, np.float64: torch.float64}
@@ -149,6 +150,21 @@ def test_sdpa_weights_match_softmax_of_torch_scores(dtype):
     scores = t(q) @ t(k).transpose(-1, -2) / np.sqrt(8)
     scores = scores.masked_fill(~t(mask), float("-inf"))
     assert_close(w, torch.softmax(scores, dim=-1).numpy(), dtype, "sdpa weights")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_sdpa_fast_path_matches_torch(dtype, need_weights):
+    # 2 x 4 x 512 x 640 scores (several MiB): the blocked path on both cores, which skips the row
+    # maximum when the scores are provably small (they are, here) and, without the weights,
+    # divides the output instead of the weights
+    q, k, v = _sdpa_inputs(dtype, lead=(2, 4), n_q=512, n_k=640, d=32, d_v=24, seed=3)
+    assert _scores_are_bounded(q, k, v, None)
+    mask = np.tril(np.ones((512, 640), bool), k=128)
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask, need_weights=need_weights)
+    ref = torch.nn.functional.scaled_dot_product_attention(t(q), t(k), t(v), attn_mask=t(mask))
+    assert_close(out, ref.numpy(), dtype, f"sdpa output, fast path, need_weights={need_weights}")
+    assert (w is None) == (not need_weights)
 
 
 # ------------------------------------------------------------------ multi-head attention

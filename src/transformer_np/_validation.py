@@ -13,6 +13,7 @@ import numpy as np
 
 __all__ = [
     "as_float_array",
+    "check_bool",
     "check_broadcastable",
     "check_dtype",
     "check_finite",
@@ -29,6 +30,13 @@ __all__ = [
 def shape_str(shape) -> str:
     """Format a shape as Python does, ``(2, 5, 8)`` or ``(8,)``, also for NumPy integers."""
     return str(tuple(int(s) for s in shape))
+
+
+def check_bool(value, name: str) -> bool:
+    """Return ``value`` as a bool if it is ``True`` or ``False`` (NumPy's too), else raise."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return bool(value)
 
 
 def check_positive_int(value, name: str) -> int:

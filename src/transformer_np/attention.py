@@ -7,12 +7,14 @@ D = d_model, Dh = d_model / H the size of one head.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
-from ._parallel import parallel_for, row_blocks
+from ._parallel import BLOCK_BYTES, parallel_for, row_blocks
 from ._validation import (
     as_float_array,
+    check_bool,
     check_broadcastable,
     check_dtype,
     check_finite,
@@ -22,7 +24,6 @@ from ._validation import (
     compute_dtype,
     shape_str,
 )
-from .functional import softmax_inplace
 from .layers import _backward_cache, _check_grad, _zero_grads
 
 __all__ = ["MultiHeadAttention", "scaled_dot_product_attention"]
@@ -113,46 +114,91 @@ def _check_sdpa_inputs(q, k, v, mask, bias):
     return q, k, v, mask, bias, out_dtype
 
 
-def _sdpa(q, k, v, mask=None, bias=None):
+def _sdpa(q, k, v, mask=None, bias=None, *, need_weights=True):
     """Attention kernel on validated arrays of one float dtype: returns ``(output, weights)``.
 
     q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v); ``mask`` bool (True = may
-    attend) and ``bias`` float, both broadcastable to (..., n_q, n_k).
+    attend) and ``bias`` float, both broadcastable to (..., n_q, n_k). With
+    ``need_weights=False`` the weights are not kept and ``weights`` is None.
 
     Small problems run :func:`_attention_steps` once on the whole arrays. Big ones run it on
     blocks of query rows (of one or a few batch/head items), spread over the cores by
     :func:`~transformer_np._parallel.parallel_for`: each block of scores is small enough to
     stay in the CPU cache from the first step to the last, and the element-wise steps
-    (``exp``, max, sum, division), which NumPy runs on one core, run on all of them.
+    (``exp``, max, division), which NumPy runs on one core, run on all of them. On big
+    problems the row maximum is not subtracted when a cheap bound proves it unnecessary
+    (:func:`_scores_are_bounded`), and without ``need_weights`` each thread reuses one
+    buffer for its blocks of scores instead of writing the whole (..., n_q, n_k) matrix.
     """
     lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])  # batch/head axes
     n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     output = np.empty(lead + (n_q, d_v), dtype=q.dtype)  # (..., n_q, d_v)
-    weights = np.empty(lead + (n_q, n_k), dtype=q.dtype)  # (..., n_q, n_k)
-    blocks = row_blocks(lead, n_q, n_k * q.dtype.itemsize)
+    scores_shape = lead + (n_q, n_k)
+    weights = np.empty(scores_shape, dtype=q.dtype) if need_weights else None
+    # Without the weights the blocks are reused buffers, and smaller ones did better.
+    block_bytes = BLOCK_BYTES if need_weights else BLOCK_BYTES // 2
+    blocks = row_blocks(lead, n_q, n_k * q.dtype.itemsize, block_bytes=block_bytes)
     if blocks is None:  # small: one vectorised pass
-        _attention_steps(q, k, v, mask, bias, output, weights)
+        scores = weights if need_weights else np.empty(scores_shape, dtype=q.dtype)
+        _attention_steps(q, k, v, mask, bias, output, scores, keep_weights=need_weights)
         return output, weights
+    shift = not _scores_are_bounded(q, k, v, bias)
     # Every input as a view with all the leading axes (no copy), so a block index fits them all.
     q, k, v, mask, bias = (
         None if a is None else np.broadcast_to(a, lead + np.shape(a)[-2:])
         for a in (q, k, v, _at_least_2d(mask), _at_least_2d(bias))
     )
+    buffers = {}  # without the weights: one buffer of scores per thread, reused block by block
 
     def one_block(block):
         items, rows = block  # index into the leading axes, slice of query rows
+        q_blk = q[items][..., rows, :]
+        if need_weights:
+            scores = weights[items][..., rows, :]
+        else:
+            size = math.prod(q_blk.shape[:-1]) * n_k
+            buf = buffers.get(threading.get_ident())
+            if buf is None or buf.size < size:
+                buf = buffers[threading.get_ident()] = np.empty(size, dtype=q.dtype)
+            scores = buf[:size].reshape(q_blk.shape[:-1] + (n_k,))
         _attention_steps(
-            q[items][..., rows, :],
+            q_blk,
             k[items],
             v[items],
             None if mask is None else _rows(mask[items], rows),
             None if bias is None else _rows(bias[items], rows),
             output[items][..., rows, :],
-            weights[items][..., rows, :],
+            scores,
+            shift=shift,
+            keep_weights=need_weights,
         )
 
     parallel_for(one_block, blocks, one_blas_thread=True)
     return output, weights
+
+
+def _scores_are_bounded(q, k, v, bias) -> bool:
+    """Whether ``exp`` can be applied to the scores without subtracting the row maximum.
+
+    The softmax is the same whatever number ``c`` is subtracted from a row; the maximum is the
+    usual choice because it keeps every ``e^(s - c) <= 1``. It costs two passes over the scores
+    (the maximum, the subtraction) and is not needed when the scores are known to be small:
+    by Cauchy-Schwarz, ``|q . k| / sqrt(d_k) <= max|q_i| max|k_j| / sqrt(d_k) = B`` (norms of
+    rows), plus the largest finite ``|bias|``. If ``B`` is at most half the log of the largest
+    float (44 for float32, 354 for float64), no ``e^s`` overflows, the largest term of every
+    row is at least ``e^-B`` (a normal number, so precision is kept), and the row sums and the
+    products with ``v`` stay finite when ``n_k e^B max|v|`` does. Costs O((n_q + n_k) d).
+    """
+    log_max = math.log(np.finfo(q.dtype).max)
+    with np.errstate(over="ignore", invalid="ignore"):  # a norm that overflows is inf: not bounded
+        q_norm = math.sqrt(float(np.max(np.einsum("...d,...d->...", q, q))))
+        k_norm = math.sqrt(float(np.max(np.einsum("...d,...d->...", k, k))))
+        bound = q_norm * k_norm / math.sqrt(q.shape[-1])
+        if bias is not None:
+            bound += float(np.max(np.abs(bias), where=np.isfinite(bias), initial=0.0))
+        v_max = float(np.max(np.abs(v)))
+    growth = bound + math.log(k.shape[-2]) + math.log(max(v_max, 1.0))
+    return bound <= log_max / 2 and growth <= log_max - 2
 
 
 def _at_least_2d(a):
@@ -166,11 +212,14 @@ def _rows(a, rows):
 
 
 # --8<-- [start:attention_steps]
-def _attention_steps(q, k, v, mask, bias, output, weights):
+def _attention_steps(q, k, v, mask, bias, output, weights, *, shift=True, keep_weights=True):
     """The five steps of attention, written into ``output`` and ``weights`` (no checks).
 
     ``weights`` (..., n_q, n_k) holds the scores first: every step after the first works on it
-    in place, and no other array of that size is created.
+    in place, and no other array of that size is created. With ``shift=False`` the row maximum
+    is not subtracted (the caller has checked that the scores are small enough). With
+    ``keep_weights=False`` the buffer ends with the exponentials, not the weights: only the
+    output is divided by the row sums.
     """
     d_k = q.shape[-1]
     # 1. scores = q k^T, with the 1/sqrt(d_k) scale folded into q (n_q*d_k products, not n_q*n_k)
@@ -184,22 +233,34 @@ def _attention_steps(q, k, v, mask, bias, output, weights):
     # 3. blocked positions get -inf, so that their weight is exactly exp(-inf) = 0
     if mask is not None and not mask.all():
         np.copyto(scores, -np.inf, where=~mask)
-    # 4. softmax over the keys, in place; a row with every key blocked becomes all zeros
-    row_max = np.max(scores, axis=-1, keepdims=True)  # (..., n_q, n_k) -> (..., n_q, 1)
-    if not (row_max < np.inf).all():  # +inf or NaN: q k^T overflowed the dtype
-        raise ValueError(
-            f"the attention scores overflowed {q.dtype} (the dot products q . k are too "
-            "large); scale the inputs down or use float64"
-        )
-    softmax_inplace(scores, axis=-1, row_max=row_max)  # scores -> weights
+    # 4. softmax over the keys, in place: e^(s - max) / (row sum)
+    if shift:
+        row_max = np.max(scores, axis=-1, keepdims=True)  # (..., n_q, n_k) -> (..., n_q, 1)
+        if not (row_max < np.inf).all():  # +inf or NaN: q k^T overflowed the dtype
+            raise ValueError(
+                f"the attention scores overflowed {q.dtype} (the dot products q . k are too "
+                "large); scale the inputs down or use float64"
+            )
+        np.copyto(row_max, 0, where=np.isneginf(row_max))  # a row with every key blocked
+        scores -= row_max
+    np.exp(scores, out=scores)
+    # the row sums as a product with a vector of ones: BLAS does it faster than np.sum
+    row_sum = np.matmul(scores, np.ones(scores.shape[-1], scores.dtype))[..., None]
+    row_sum[row_sum == 0] = 1  # a row with every key blocked: all its weights stay 0
+    np.reciprocal(row_sum, out=row_sum)
     # 5. output = weighted average of the values
-    np.matmul(weights, v, out=output)  # (..., n_q, n_k) @ (..., n_k, d_v) -> (..., n_q, d_v)
+    if keep_weights:
+        scores *= row_sum  # scores -> weights, every row sums to 1
+        np.matmul(scores, v, out=output)  # (..., n_q, n_k) @ (..., n_k, d_v) -> (..., n_q, d_v)
+    else:  # divide the n_q x d_v output, not the n_q x n_k exponentials
+        np.matmul(scores, v, out=output)
+        output *= row_sum
 
 
 # --8<-- [end:attention_steps]
 
 
-def scaled_dot_product_attention(q, k, v, mask=None, *, bias=None):
+def scaled_dot_product_attention(q, k, v, mask=None, *, bias=None, need_weights=True):
     r"""Scaled dot-product attention, ``softmax(q k^T / sqrt(d_k)) v``.
 
     Parameters
@@ -218,11 +279,16 @@ def scaled_dot_product_attention(q, k, v, mask=None, *, bias=None):
         Added to the scaled scores before the softmax (keyword only). ``-inf`` entries block
         like a False mask entry; a large negative number (as in BERT's additive padding
         mask) gives a weight that underflows to 0.
+    need_weights : bool, default True
+        Whether to return the weights (keyword only). With ``False`` the second value returned
+        is None, and on large problems the call is faster and needs less memory: each thread
+        computes its blocks of scores in one reused buffer, and the (..., n_q, n_k) weights are
+        neither normalised nor stored (as in ``torch.nn.functional.scaled_dot_product_attention``).
 
     Returns
     -------
     output : ndarray of shape (..., n_q, d_v)
-    weights : ndarray of shape (..., n_q, n_k)
+    weights : ndarray of shape (..., n_q, n_k), or None if ``need_weights=False``
         The attention weights; every row sums to 1, except a row in which every key is
         blocked: such a row has all weights 0 and its output is 0 (never NaN).
 
@@ -253,8 +319,10 @@ def scaled_dot_product_attention(q, k, v, mask=None, *, bias=None):
     (True, 0.0)
     """
     q, k, v, mask, bias, out_dtype = _check_sdpa_inputs(q, k, v, mask, bias)
-    output, weights = _sdpa(q, k, v, mask, bias)
-    return output.astype(out_dtype, copy=False), weights.astype(out_dtype, copy=False)
+    need_weights = check_bool(need_weights, "need_weights")
+    output, weights = _sdpa(q, k, v, mask, bias, need_weights=need_weights)
+    output = output.astype(out_dtype, copy=False)
+    return output, None if weights is None else weights.astype(out_dtype, copy=False)
 
 
 # --------------------------------------------------------------------------------------------
