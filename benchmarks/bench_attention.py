@@ -6,7 +6,11 @@ n = 16384 for the memory-efficient versions. Implementations:
 - ``naive``     the textbook vectorised NumPy: softmax(q k^T / sqrt(d)) v, one thread, new
                 arrays at every step (what plain NumPy gives before any care);
 - ``sdpa``      ``transformer_np.scaled_dot_product_attention`` (returns the weights too);
+- ``sdpa_nw``   the same with ``need_weights=False`` (the output only, as PyTorch's);
 - ``blockwise`` ``transformer_np.blockwise_attention`` (online softmax, no n x n matrix);
+- ``products``  not attention: only its two matrix products, q k^T and (scores) v, in the
+                blocks and threads of ``sdpa_nw`` (see :func:`_products_only`). No NumPy
+                attention can be faster than its own products: this is the ceiling;
 - ``torch``     ``torch.nn.functional.scaled_dot_product_attention`` on CPU.
 
 Method
@@ -34,8 +38,9 @@ implementation, plus one for the matrix-product peak, one after the other.
   and as many for the weights times v). **% of peak** divides by a float32 2048 x 2048 NumPy
   matrix product (``2 n^3`` FLOPs) timed in the same rounds.
 - **Where the time goes**: at the size closest to 2048, a separate worker times each step of
-  the full version's blocked path on one core with ``time.thread_time`` (see
-  :func:`profile_steps`): the fractions of CPU time and the cost of ``np.exp`` per element.
+  the blocked path of ``scaled_dot_product_attention(..., need_weights=False)`` on one core
+  with ``time.thread_time`` (see :func:`profile_steps`): the fractions of CPU time and the cost
+  of ``np.exp`` per element.
 - **Too big to run**: ``sdpa`` and ``naive`` at n = 16384 need 8.6 GB of scores (more for
   ``naive``). They run only if ``MemAvailable`` exceeds their estimated need; otherwise their
   time and memory are *extrapolated* from the largest measured n (both scaled by (n / n_0)^2:
@@ -66,8 +71,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "attention.json"
-IMPLS = ("naive", "sdpa", "blockwise", "torch")
-BIG_ONLY = ("blockwise", "torch")  # the memory-efficient ones, measured at every big n
+IMPLS = ("naive", "sdpa", "sdpa_nw", "blockwise", "products", "torch")
+# measured at every big n: they do not hold the n x n matrix (products: one block per thread)
+BIG_ONLY = ("sdpa_nw", "blockwise", "products", "torch")
 HEADS, D_HEAD = 8, 64
 
 
@@ -115,6 +121,12 @@ def _make_call(impl: str, n: int, block_size: int | None):
         from transformer_np import scaled_dot_product_attention
 
         return lambda: scaled_dot_product_attention(q, k, v)
+    if impl == "sdpa_nw":
+        from transformer_np import scaled_dot_product_attention
+
+        return lambda: scaled_dot_product_attention(q, k, v, need_weights=False)
+    if impl == "products":
+        return lambda: _products_only(q, k, v)
     if impl == "blockwise":
         from transformer_np.blockwise import blockwise_attention
 
@@ -127,50 +139,95 @@ def _make_call(impl: str, n: int, block_size: int | None):
     raise ValueError(f"unknown implementation {impl!r}")
 
 
-def profile_steps(n: int, reps: int = 3) -> dict:
-    """CPU time of each step of ``scaled_dot_product_attention``'s blocked path, on one core.
+def _nw_blocks(n: int):
+    """The blocks of rows of ``scaled_dot_product_attention(..., need_weights=False)`` at n."""
+    from transformer_np._parallel import BLOCK_BYTES, row_blocks
 
-    The same blocks as the package (``row_blocks``), one thread, one OpenBLAS thread; each step
-    timed with ``time.thread_time`` (CPU time of this thread, less sensitive than wall time to
-    other processes sharing the machine). Median over ``reps`` calls.
+    # (one block, the whole array, for sizes the package does not split)
+    return row_blocks((1, HEADS), n, n * 4, block_bytes=BLOCK_BYTES // 2) or [
+        ((0, slice(None)), slice(None))
+    ]
+
+
+def _products_only(q, k, v):
+    """The two matrix products of attention and nothing else, as the package lays them out.
+
+    The blocks of query rows and the threads of ``scaled_dot_product_attention(...,
+    need_weights=False)``, one buffer per thread, one OpenBLAS thread per product: the time
+    that any NumPy attention spends at least, with an ``exp`` that would cost nothing.
+    """
+    import math
+    import threading
+
+    import numpy as np
+
+    from transformer_np._parallel import parallel_for
+
+    n = q.shape[-2]
+    out = np.empty(q.shape[:-1] + (v.shape[-1],), q.dtype)
+    buffers = {}
+
+    def one_block(block):
+        items, rows = block
+        q_blk = q[items][..., rows, :]
+        size = math.prod(q_blk.shape[:-1]) * n
+        buf = buffers.get(threading.get_ident())
+        if buf is None or buf.size < size:
+            buf = buffers[threading.get_ident()] = np.empty(size, q.dtype)
+        scores = buf[:size].reshape(q_blk.shape[:-1] + (n,))
+        np.matmul(q_blk, k[items].swapaxes(-1, -2), out=scores)
+        np.matmul(scores, v[items], out=out[items][..., rows, :])
+
+    parallel_for(one_block, _nw_blocks(n), one_blas_thread=True)
+    return out
+
+
+def profile_steps(n: int, reps: int = 3) -> dict:
+    """CPU time of each step of ``scaled_dot_product_attention(..., need_weights=False)``.
+
+    The blocks of the package's blocked path, one thread, one OpenBLAS thread; each step timed
+    with ``time.thread_time`` (CPU time of this thread, less sensitive than wall time to other
+    processes sharing the machine). Median over ``reps`` calls. The inputs of the benchmark
+    have small scores, so the package skips the row maximum: so do these steps.
     """
     import math
 
     import numpy as np
 
-    from transformer_np._parallel import blas_single_threaded, row_blocks
+    from transformer_np._parallel import blas_single_threaded
+    from transformer_np.attention import _scores_are_bounded
 
     rng = np.random.default_rng(0)
-    q, k, v = (rng.standard_normal((HEADS, n, D_HEAD), dtype=np.float32) for _ in range(3))
-    weights = np.empty((HEADS, n, n), np.float32)
-    output = np.empty((HEADS, n, D_HEAD), np.float32)
+    q, k, v = (rng.standard_normal((1, HEADS, n, D_HEAD), dtype=np.float32) for _ in range(3))
+    assert _scores_are_bounded(q, k, v, None)
+    output = np.empty((1, HEADS, n, D_HEAD), np.float32)
     scale = np.float32(1 / math.sqrt(D_HEAD))
-    names = ["1. q k^T", "4. max", "4. subtract", "4. exp", "4. sum", "4. divide", "5. w v"]
-    # The package's blocks (one block, the whole array, for sizes it does not split).
-    blocks = row_blocks((HEADS,), n, n * 4) or [((slice(None),), slice(None))]
+    ones = np.ones(n, np.float32)
+    names = ["1. q k^T", "4. exp", "4. row sums", "5. w v", "5. divide"]
+    blocks = _nw_blocks(n)
+    buf = np.empty(max(math.prod(q[items][..., rows, 0].shape) for items, rows in blocks) * n)
+    buf = buf.astype(np.float32)
     runs = []
     with blas_single_threaded():
         for _ in range(reps + 1):  # the first run, which also maps the memory, is not counted
             spent = dict.fromkeys(names, 0.0)
             for items, rows in blocks:
-                qb, kb, vb = q[items][:, rows], k[items], v[items]
-                w, o = weights[items][:, rows], output[items][:, rows]
+                qb, kb, vb = q[items][..., rows, :], k[items], v[items]
+                o = output[items][..., rows, :]
+                s = buf[: math.prod(qb.shape[:-1]) * n].reshape(qb.shape[:-1] + (n,))
                 t0 = time.thread_time()
-                np.matmul(qb * scale, kb.swapaxes(-1, -2), out=w)
+                np.matmul(qb * scale, kb.swapaxes(-1, -2), out=s)
                 t1 = time.thread_time()
-                m = w.max(axis=-1, keepdims=True)
+                np.exp(s, out=s)
                 t2 = time.thread_time()
-                w -= m
+                total = np.matmul(s, ones)[..., None]
+                np.reciprocal(total, out=total)
                 t3 = time.thread_time()
-                np.exp(w, out=w)
+                np.matmul(s, vb, out=o)
                 t4 = time.thread_time()
-                total = w.sum(axis=-1, keepdims=True)
+                o *= total
                 t5 = time.thread_time()
-                w /= total
-                t6 = time.thread_time()
-                np.matmul(w, vb, out=o)
-                t7 = time.thread_time()
-                for name, dt in zip(names, np.diff([t0, t1, t2, t3, t4, t5, t6, t7]), strict=True):
+                for name, dt in zip(names, np.diff([t0, t1, t2, t3, t4, t5]), strict=True):
                     spent[name] += dt
             runs.append(spent)
     runs = runs[1:]
@@ -391,13 +448,7 @@ def drive(args) -> dict:
             row["median_s"] = statistics.median(r["times"])
             row["peak_extra_bytes"] = r["peak_extra_bytes"]
             row["gflops"] = gflops(n, row["median_s"])
-            # % of the matmul peak measured in the same rounds
-            row["pct_peak"] = (
-                100
-                * _paired_ratio([2 * args.peak_n**3 / t / 1e9 for t in mm["times"]], r["times"])
-                * 0
-                + 100 * row["gflops"] / peak
-            )
+            row["pct_peak"] = 100 * row["gflops"] / peak  # of the peak measured at this n
             if "torch" in res:
                 row["vs_torch"] = _paired_ratio(res["torch"]["times"], r["times"])
             if "sdpa" in res:
@@ -481,9 +532,21 @@ def drive(args) -> dict:
 NAMES = {
     "naive": "NumPy naive",
     "sdpa": "`scaled_dot_product_attention`",
+    "sdpa_nw": "`scaled_dot_product_attention(need_weights=False)`",
     "blockwise": "`blockwise_attention`",
+    "products": {
+        "en": "only the two matrix products (not attention)",
+        "it": "solo i due prodotti di matrici (non è attention)",
+    },
     "torch": "PyTorch SDPA",
 }
+
+
+def impl_name(impl: str, lang: str) -> str:
+    name = NAMES[impl]
+    return name[lang] if isinstance(name, dict) else name
+
+
 TABLE_TEXT = {
     "en": {
         "header": [
@@ -534,7 +597,7 @@ def markdown_table(res: dict, lang: str = "en") -> str:
         star = "" if r["measured"] else " \\*"
         vs = f"{r['vs_torch']:.2f}" if r["vs_torch"] is not None else "–"
         lines.append(
-            f"| {NAMES[r['impl']]}{star} | {r['n']} | {r['median_s'] * 1e3:.1f} | "
+            f"| {impl_name(r['impl'], lang)}{star} | {r['n']} | {r['median_s'] * 1e3:.1f} | "
             f"{r['gflops']:.1f} | {r['pct_peak']:.0f} | {vs} | "
             f"{r['peak_extra_bytes'] / 2**20:.1f} |"
         )

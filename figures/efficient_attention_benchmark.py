@@ -24,6 +24,7 @@ TEXT = {
         "extrapolated": "estrapolato",
         "title_speed": "Velocità",
         "title_memory": "Memoria",
+        "products": "solo i due prodotti (non è attention)",
     },
     "en": {
         "n": "sequence length n",
@@ -33,17 +34,34 @@ TEXT = {
         "extrapolated": "extrapolated",
         "title_speed": "Speed",
         "title_memory": "Memory",
+        "products": "only the two products (not attention)",
     },
 }
 
 LABELS = {
     "naive": "NumPy naive",
     "sdpa": "scaled_dot_product_attention",
+    "sdpa_nw": "scaled_dot_product_attention(need_weights=False)",
     "blockwise": "blockwise_attention",
+    "products": None,  # from TEXT, in the page's language
     "torch": "PyTorch SDPA",
 }
-STYLES = {"naive": ("o", ":"), "sdpa": ("s", "-"), "blockwise": ("^", "-"), "torch": ("D", "--")}
-COLORS = {"naive": "#999999", "sdpa": "#1f77b4", "blockwise": "#2ca02c", "torch": "#d62728"}
+STYLES = {
+    "naive": ("o", ":"),
+    "sdpa": ("s", "-"),
+    "sdpa_nw": ("v", "-"),
+    "blockwise": ("^", "-"),
+    "products": ("x", (0, (1, 1))),
+    "torch": ("D", "--"),
+}
+COLORS = {
+    "naive": "#999999",
+    "sdpa": "#1f77b4",
+    "sdpa_nw": "#9467bd",
+    "blockwise": "#2ca02c",
+    "products": "#555555",
+    "torch": "#d62728",
+}
 
 
 def figure(lang: str, results: dict | None = None) -> Figure:
@@ -59,6 +77,7 @@ def figure(lang: str, results: dict | None = None) -> Figure:
     ax_speed, ax_mem = fig.subplots(1, 2)
     handles = []
     for impl, label in LABELS.items():
+        label = label or t[impl]
         mine = sorted((r for r in rows if r["impl"] == impl), key=lambda r: r["n"])
         measured = [r for r in mine if r["measured"]]
         if not measured:
@@ -102,5 +121,5 @@ def figure(lang: str, results: dict | None = None) -> Figure:
     ax_mem.set_yscale("log")
     ax_mem.set_ylabel(t["memory"])
     ax_mem.set_title(t["title_memory"])
-    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize="small")
+    fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize="small")
     return fig

@@ -155,7 +155,7 @@ def _attend_cached(mha, x, K, V, t0):
     mask = None
     if n > 1:  # causal inside the new chunk; every stored position is in the past
         mask = np.arange(t0 + n)[None, :] <= (t0 + np.arange(n))[:, None]  # (n, t0+n)
-    ctx, _ = _sdpa(q, K[:, :, : t0 + n], V[:, :, : t0 + n], mask)  # (B, H, n, Dh)
+    ctx, _ = _sdpa(q, K[:, :, : t0 + n], V[:, :, : t0 + n], mask, need_weights=False)
     return _merge_heads_out(ctx, p, B, n, D)
 
 
@@ -164,7 +164,7 @@ def _attend_memory(mha, x, mem_k, mem_v, mem_mask):
     B, n, D = x.shape
     p = mha.params
     q = _project_heads(x.reshape(B * n, D), p["W_q"], p.get("b_q"), B, n, mha.n_heads, mha.d_head)
-    ctx, _ = _sdpa(q, mem_k, mem_v, mem_mask)  # (B, H, n, Dh)
+    ctx, _ = _sdpa(q, mem_k, mem_v, mem_mask, need_weights=False)  # (B, H, n, Dh)
     return _merge_heads_out(ctx, p, B, n, D)
 
 
