@@ -141,10 +141,10 @@ def _make_call(impl: str, n: int, block_size: int | None):
 
 def _nw_blocks(n: int):
     """The blocks of rows of ``scaled_dot_product_attention(..., need_weights=False)`` at n."""
-    from transformer_np._parallel import BLOCK_BYTES, row_blocks
+    from transformer_np.attention import _sdpa_blocks
 
     # (one block, the whole array, for sizes the package does not split)
-    return row_blocks((1, HEADS), n, n * 4, block_bytes=BLOCK_BYTES // 2) or [
+    return _sdpa_blocks((1, HEADS), n, n, 4, need_weights=False) or [
         ((0, slice(None)), slice(None))
     ]
 
