@@ -404,8 +404,7 @@ class MultiHeadAttention:
                 f"d_model must be divisible by n_heads, got d_model = {d_model} and "
                 f"n_heads = {n_heads} (d_model / n_heads = {d_model / n_heads:g})"
             )
-        if not isinstance(bias, bool | np.bool_):
-            raise TypeError(f"bias must be True or False, got {bias!r}")
+        check_bool(bias, "bias")
         dtype = check_dtype(dtype)
         rng = check_rng(rng)
         self.d_model = d_model

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_float_array, check_finite, check_ndim, check_rng, shape_str
+from ._validation import (
+    as_float_array,
+    check_bool,
+    check_finite,
+    check_ndim,
+    check_rng,
+    shape_str,
+)
 from .attention import MultiHeadAttention
 from .layers import FeedForward, LayerNorm, NestedParams
 
@@ -88,8 +95,7 @@ class EncoderBlock:
         rng=None,
         dtype=np.float64,
     ):
-        if not isinstance(norm_first, bool | np.bool_):
-            raise TypeError(f"norm_first must be True or False, got {norm_first!r}")
+        check_bool(norm_first, "norm_first")
         rng = check_rng(rng)
         self.attn = MultiHeadAttention(d_model, n_heads, rng=rng, dtype=dtype)
         self.norm1 = LayerNorm(d_model, eps, dtype=dtype)

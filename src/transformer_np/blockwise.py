@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._parallel import num_threads, parallel_for
-from ._validation import check_positive_int
+from ._validation import check_bool, check_positive_int
 from .attention import _check_sdpa_inputs
 
 __all__ = ["blockwise_attention"]
@@ -94,8 +94,7 @@ def blockwise_attention(
     """
     q, k, v, mask, bias, out_dtype = _check_sdpa_inputs(q, k, v, mask, bias)
     block_size = check_positive_int(block_size, "block_size")
-    if not isinstance(causal, bool | np.bool_):
-        raise TypeError(f"causal must be True or False, got {causal!r} ({type(causal).__name__})")
+    causal = check_bool(causal, "causal")
 
     n_q, d_k = q.shape[-2:]
     n_k, d_v = v.shape[-2:]

@@ -18,6 +18,7 @@ import numpy as np
 
 from ._validation import (
     as_float_array,
+    check_bool,
     check_dtype,
     check_finite,
     check_positive_float,
@@ -173,8 +174,7 @@ class Linear:
     def __init__(self, d_in, d_out, *, bias=True, rng=None, dtype=np.float64):
         self.d_in = check_positive_int(d_in, "d_in")
         self.d_out = check_positive_int(d_out, "d_out")
-        if not isinstance(bias, bool | np.bool_):
-            raise TypeError(f"bias must be True or False, got {bias!r}")
+        check_bool(bias, "bias")
         dtype = check_dtype(dtype)
         rng = check_rng(rng)
         self.has_bias = bool(bias)
@@ -562,8 +562,7 @@ class Embedding:
     def __init__(self, vocab_size, d_model, *, scale=True, rng=None, dtype=np.float64):
         self.vocab_size = check_positive_int(vocab_size, "vocab_size")
         self.d_model = check_positive_int(d_model, "d_model")
-        if not isinstance(scale, bool | np.bool_):
-            raise TypeError(f"scale must be True or False, got {scale!r}")
+        check_bool(scale, "scale")
         self.scale = bool(scale)
         dtype = check_dtype(dtype)
         rng = check_rng(rng)

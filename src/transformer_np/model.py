@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from ._validation import check_rng, shape_str
+from ._validation import check_bool, check_rng, shape_str
 from .attention import MultiHeadAttention
 from .blocks import EncoderBlock
 from .functional import causal_mask
@@ -411,8 +411,7 @@ class DecoderBlock:
         rng=None,
         dtype=np.float64,
     ):
-        if not isinstance(norm_first, bool | np.bool_):
-            raise TypeError(f"norm_first must be True or False, got {norm_first!r}")
+        check_bool(norm_first, "norm_first")
         rng = check_rng(rng)
         self.self_attn = MultiHeadAttention(d_model, n_heads, rng=rng, dtype=dtype)
         self.norm1 = LayerNorm(d_model, eps, dtype=dtype)
