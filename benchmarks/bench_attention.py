@@ -31,9 +31,11 @@ implementation, plus one for the matrix-product peak, one after the other.
   workers are timed in *interleaved rounds*: in each round every worker makes one call in turn
   (the order rotates, with a ``--pause`` before each call so the previous process's threads go
   idle) while the others wait. Noise from other processes on a shared machine then hits every
-  implementation alike. ``--reps`` rounds, fewer once ``--budget`` seconds have passed (at
-  least 3). Reported: the median time; ratios ("x PyTorch") are medians over the rounds of the
-  ratio of the two times measured in the same round.
+  implementation alike. At least ``--reps`` rounds, and more until ``--min-time`` seconds
+  have passed (fast sizes: many short calls, whose medians need more rounds to settle), up to
+  ``--max-reps``; fewer once ``--budget`` seconds have passed (at least 3). Reported: the
+  median time; ratios ("x PyTorch") are medians over the rounds of the ratio of the two times
+  measured in the same round.
 - **FLOPs** count the two matrix products only: ``4 n^2 d`` per head (``2 n^2 d`` for q k^T
   and as many for the weights times v). **% of peak** divides by a float32 2048 x 2048 NumPy
   matrix product (``2 n^3`` FLOPs) timed in the same rounds.
@@ -403,14 +405,17 @@ def measure_at(n: int, impls: list[str], args) -> dict[str, dict]:
                 print(f"# {exc}", file=sys.stderr)
         times = {impl: [] for impl in workers}
         start = time.perf_counter()
-        for r in range(args.reps):
+        for r in range(args.max_reps):
             order = list(workers)
             order = order[r % len(order) :] + order[: r % len(order)]  # rotate who goes first
             for impl in order:
                 time.sleep(args.pause)  # let the previous process's threads go idle
                 times[impl].append(workers[impl].time_one_call())
-            if r >= 2 and time.perf_counter() - start > args.budget:
+            elapsed = time.perf_counter() - start
+            if r >= 2 and elapsed > args.budget:
                 break  # slow sizes: 3 rounds are enough
+            if r + 1 >= args.reps and elapsed >= args.min_time:
+                break
     finally:
         for w in workers.values():
             w.close()
@@ -516,6 +521,8 @@ def drive(args) -> dict:
         "settings": {
             "command": " ".join(["python", "benchmarks/bench_attention.py"] + sys.argv[1:]),
             "reps": args.reps,
+            "min_time_s": args.min_time,
+            "max_reps": args.max_reps,
             "warmup": args.warmup,
             "budget_s": args.budget,
             "pause_s": args.pause,
@@ -652,7 +659,14 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny sizes, few reps: a smoke run")
     p.add_argument("--sizes", type=int, nargs="+", default=None)
     p.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
-    p.add_argument("--reps", type=int, default=None, help="timed rounds per n (default 7)")
+    p.add_argument("--reps", type=int, default=None, help="timed rounds per n, at least (7)")
+    p.add_argument(
+        "--min-time",
+        type=float,
+        default=None,
+        help="seconds of timed rounds per n before stopping, at least (default 30)",
+    )
+    p.add_argument("--max-reps", type=int, default=51, help="timed rounds per n, at most")
     p.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 2)")
     p.add_argument(
         "--budget",
@@ -685,12 +699,14 @@ def main(argv=None) -> int:
     if args.quick:
         args.sizes = args.sizes or [64, 128]
         args.reps = args.reps or 2
+        args.min_time = args.min_time or 0.0
         args.warmup = 1 if args.warmup is None else args.warmup
         args.peak_n = args.peak_n or 512
         args.pause = 0.02 if args.pause is None else args.pause
     else:
         args.sizes = args.sizes or [512, 1024, 2048, 4096, 16384]
         args.reps = args.reps or 7
+        args.min_time = 30.0 if args.min_time is None else args.min_time
         args.warmup = 2 if args.warmup is None else args.warmup
         args.peak_n = args.peak_n or 2048
         args.pause = 0.3 if args.pause is None else args.pause
