@@ -66,10 +66,11 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from timed_calls import TimedProcess, serve
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "attention.json"
@@ -270,14 +271,8 @@ def worker(args) -> None:
         import torch
 
         ready["threads"] = torch.get_num_threads()
-    print(json.dumps(ready), flush=True)
     # 3. Timed calls, on request, so the driver can interleave the implementations.
-    for line in sys.stdin:
-        if line.strip() != "run":
-            break
-        t0 = time.perf_counter()
-        call()
-        print(json.dumps({"t": time.perf_counter() - t0}), flush=True)
+    serve(call, ready)
 
 
 # --------------------------------------------------------------------------------------------
@@ -285,7 +280,7 @@ def worker(args) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-class Worker:
+class Worker(TimedProcess):
     """A fresh process serving one implementation at one n (see :func:`worker`)."""
 
     def __init__(self, impl: str, n: int, args):
@@ -295,38 +290,7 @@ class Worker:
             cmd += ["--block-size", str(args.block_size)]
         env = dict(os.environ)
         env["PYTHONPATH"] = str(HERE.parent / "src") + os.pathsep + env.get("PYTHONPATH", "")
-        self.name = f"{impl} n={n}"
-        self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        self.ready = self._read()
-
-    def _read(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            err = self.proc.stderr.read()
-            self.proc.wait()
-            raise RuntimeError(f"worker {self.name} failed:\n{err}")
-        return json.loads(line)
-
-    def time_one_call(self) -> float:
-        self.proc.stdin.write("run\n")
-        self.proc.stdin.flush()
-        return self._read()["t"]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.write("quit\n")
-                self.proc.stdin.close()
-            except BrokenPipeError:
-                pass
-            self.proc.wait()
+        super().__init__(cmd, f"worker {impl} n={n}", env)
 
 
 def mem_available() -> int:

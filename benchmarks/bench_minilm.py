@@ -29,10 +29,11 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from timed_calls import TimedProcess, serve
 
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -145,22 +146,7 @@ def torch_worker(warmup: int, threads: int | None) -> None:
         "sentence_transformers": md.version("sentence-transformers"),
         "threads": torch.get_num_threads(),
     }
-    print(json.dumps(ready), flush=True)
-    for line in sys.stdin:
-        if line.strip() != "run":
-            break
-        t0 = time.perf_counter()
-        run()
-        print(json.dumps({"t": time.perf_counter() - t0}), flush=True)
-
-
-def _read_json_line(proc, cmd) -> dict:
-    line = proc.stdout.readline()
-    if not line:
-        err = proc.stderr.read()
-        proc.wait()
-        sys.exit(f"the PyTorch side failed ({' '.join(cmd)}):\n{err[-3000:]}")
-    return json.loads(line)
+    serve(run, ready)
 
 
 def main() -> None:
@@ -212,35 +198,23 @@ def main() -> None:
     cmd.append(f"--warmup={args.warmup}")
     if args.threads:
         cmd.append(f"--threads={args.threads}")
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
     try:
-        torch_result = _read_json_line(proc, cmd)
-
-        def torch_call() -> float:
-            proc.stdin.write("run\n")
-            proc.stdin.flush()
-            return _read_json_line(proc, cmd)["t"]
-
+        torch_side = TimedProcess(cmd, f"the PyTorch side ({' '.join(cmd)})", env)
+    except RuntimeError as exc:
+        sys.exit(str(exc))
+    try:
+        torch_result = torch_side.ready
         # 3. Rounds: one call each, alternating who goes first.
         ours_times, torch_times = [], []
         for r in range(args.reps):
             for side in ("ours", "torch") if r % 2 == 0 else ("torch", "ours"):
                 time.sleep(args.pause)  # let the other side's threads go idle
                 if side == "torch":
-                    torch_times.append(torch_call())
+                    torch_times.append(torch_side.time_one_call())
                 else:
                     ours_times += time_it(ours, 0, 1)
     finally:
-        if proc.poll() is None:
-            proc.stdin.close()
-            proc.wait()
+        torch_side.close()
     torch_result["times"] = torch_times
 
     load_after = os.getloadavg()[0]

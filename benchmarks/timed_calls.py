@@ -1,0 +1,73 @@
+"""Timed calls served on request: how the benchmarks interleave separate processes.
+
+A benchmark that compares two libraries runs each in a process of its own (their thread pools
+never share one) and times them in *rounds*: one call each, in turn, so that a change in the
+load of the machine hits both alike. The serving process calls :func:`serve`; the driver starts
+it as a :class:`TimedProcess` and asks for one call at a time.
+
+The protocol, one JSON object per line on the server's standard output: first the ``ready``
+object (whatever the server wants to report: versions, threads, memory, results), then
+``{"t": seconds}`` for every line ``run`` read on its standard input. Any other line, or the end
+of the input, stops the server.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+
+def serve(call: Callable[[], object], ready: dict) -> None:
+    """Print ``ready``, then time one ``call()`` per ``run`` line read on standard input."""
+    print(json.dumps(ready), flush=True)
+    for line in sys.stdin:
+        if line.strip() != "run":
+            break
+        t0 = time.perf_counter()
+        call()
+        print(json.dumps({"t": time.perf_counter() - t0}), flush=True)
+
+
+class TimedProcess:
+    """A process running ``cmd`` that serves timed calls (see :func:`serve`).
+
+    ``ready`` holds the server's first JSON object. A server that dies raises RuntimeError
+    with the end of its standard error.
+    """
+
+    def __init__(self, cmd: list[str], name: str, env: dict | None = None):
+        self.name = name
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.ready = self._read()
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            err = self.proc.stderr.read()
+            self.proc.wait()
+            raise RuntimeError(f"{self.name} failed:\n{err[-3000:]}")
+        return json.loads(line)
+
+    def time_one_call(self) -> float:
+        self.proc.stdin.write("run\n")
+        self.proc.stdin.flush()
+        return self._read()["t"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            self.proc.wait()
