@@ -53,7 +53,9 @@ def built_site(site_port) -> BuiltSite:
         text=True,
         timeout=1800,
     )
-    return BuiltSite(path=site, returncode=proc.returncode, log=proc.stdout + proc.stderr)
+    log = proc.stdout + proc.stderr
+    (ARTIFACTS / "mkdocs-build.log").write_text(log)  # whole, for when a check on it fails
+    return BuiltSite(path=site, returncode=proc.returncode, log=log)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
