@@ -159,12 +159,10 @@ def _products_only(q, k, v):
     need_weights=False)``, one buffer per thread, one OpenBLAS thread per product: the time
     that any NumPy attention spends at least, with an ``exp`` that would cost nothing.
     """
-    import math
-    import threading
-
     import numpy as np
 
     from transformer_np._parallel import parallel_for
+    from transformer_np.attention import _thread_buffer
 
     n = q.shape[-2]
     out = np.empty(q.shape[:-1] + (v.shape[-1],), q.dtype)
@@ -173,11 +171,7 @@ def _products_only(q, k, v):
     def one_block(block):
         items, rows = block
         q_blk = q[items][..., rows, :]
-        size = math.prod(q_blk.shape[:-1]) * n
-        buf = buffers.get(threading.get_ident())
-        if buf is None or buf.size < size:
-            buf = buffers[threading.get_ident()] = np.empty(size, q.dtype)
-        scores = buf[:size].reshape(q_blk.shape[:-1] + (n,))
+        scores = _thread_buffer(buffers, q_blk.shape[:-1] + (n,), q.dtype)
         np.matmul(q_blk, k[items].swapaxes(-1, -2), out=scores)
         np.matmul(scores, v[items], out=out[items][..., rows, :])
 
@@ -198,7 +192,7 @@ def profile_steps(n: int, reps: int = 3) -> dict:
     import numpy as np
 
     from transformer_np._parallel import blas_single_threaded
-    from transformer_np.attention import _scores_are_bounded
+    from transformer_np.attention import _scores_are_bounded, _thread_buffer
 
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, HEADS, n, D_HEAD), dtype=np.float32) for _ in range(3))
@@ -208,8 +202,7 @@ def profile_steps(n: int, reps: int = 3) -> dict:
     ones = np.ones(n, np.float32)
     names = ["1. q k^T", "4. exp", "4. row sums", "5. w v", "5. divide"]
     blocks = _nw_blocks(n)
-    buf = np.empty(max(math.prod(q[items][..., rows, 0].shape) for items, rows in blocks) * n)
-    buf = buf.astype(np.float32)
+    buffers = {}
     runs = []
     with blas_single_threaded():
         for _ in range(reps + 1):  # the first run, which also maps the memory, is not counted
@@ -217,18 +210,18 @@ def profile_steps(n: int, reps: int = 3) -> dict:
             for items, rows in blocks:
                 qb, kb, vb = q[items][..., rows, :], k[items], v[items]
                 o = output[items][..., rows, :]
-                s = buf[: math.prod(qb.shape[:-1]) * n].reshape(qb.shape[:-1] + (n,))
+                s = _thread_buffer(buffers, qb.shape[:-1] + (n,), np.float32)
                 t0 = time.thread_time()
                 np.matmul(qb * scale, kb.swapaxes(-1, -2), out=s)
                 t1 = time.thread_time()
                 np.exp(s, out=s)
                 t2 = time.thread_time()
                 total = np.matmul(s, ones)[..., None]
-                np.reciprocal(total, out=total)
+                total[total == 0] = 1
                 t3 = time.thread_time()
                 np.matmul(s, vb, out=o)
                 t4 = time.thread_time()
-                o *= total
+                o /= total
                 t5 = time.thread_time()
                 for name, dt in zip(names, np.diff([t0, t1, t2, t3, t4, t5]), strict=True):
                     spent[name] += dt

@@ -24,6 +24,7 @@ from ._validation import (
     compute_dtype,
     shape_str,
 )
+from .functional import softmax_inplace
 from .layers import _backward_cache, _check_grad, _zero_grads
 
 __all__ = ["MultiHeadAttention", "scaled_dot_product_attention"]
@@ -154,11 +155,7 @@ def _sdpa(q, k, v, mask=None, bias=None, *, need_weights=True):
         if need_weights:
             scores = weights[items][..., rows, :]
         else:
-            size = math.prod(q_blk.shape[:-1]) * n_k
-            buf = buffers.get(threading.get_ident())
-            if buf is None or buf.size < size:
-                buf = buffers[threading.get_ident()] = np.empty(size, dtype=q.dtype)
-            scores = buf[:size].reshape(q_blk.shape[:-1] + (n_k,))
+            scores = _thread_buffer(buffers, q_blk.shape[:-1] + (n_k,), q.dtype)
         _attention_steps(
             q_blk,
             k[items],
@@ -173,6 +170,19 @@ def _sdpa(q, k, v, mask=None, bias=None, *, need_weights=True):
 
     parallel_for(one_block, blocks, one_blas_thread=True)
     return output, weights
+
+
+def _thread_buffer(buffers: dict, shape: tuple, dtype) -> np.ndarray:
+    """An array of ``shape`` on the calling thread's buffer in ``buffers`` (grown when needed).
+
+    For work split by :func:`~transformer_np._parallel.parallel_for`: each thread reuses one
+    block of memory for all its pieces instead of allocating one per piece.
+    """
+    size = math.prod(shape)
+    buf = buffers.get(threading.get_ident())
+    if buf is None or buf.size < size:
+        buf = buffers[threading.get_ident()] = np.empty(size, dtype=dtype)
+    return buf[:size].reshape(shape)
 
 
 # Blocks of fewer query rows make the products slower: OpenBLAS packs all of k (and of v) again
@@ -248,7 +258,8 @@ def _attention_steps(q, k, v, mask, bias, output, weights, *, shift=True, keep_w
     # 3. blocked positions get -inf, so that their weight is exactly exp(-inf) = 0
     if mask is not None and not mask.all():
         np.copyto(scores, -np.inf, where=~mask)
-    # 4. softmax over the keys, in place: e^(s - max) / (row sum)
+    # 4. softmax over the keys, in place; a row with every key blocked becomes all zeros
+    row_max = None
     if shift:
         row_max = np.max(scores, axis=-1, keepdims=True)  # (..., n_q, n_k) -> (..., n_q, 1)
         if not (row_max < np.inf).all():  # +inf or NaN: q k^T overflowed the dtype
@@ -256,20 +267,11 @@ def _attention_steps(q, k, v, mask, bias, output, weights, *, shift=True, keep_w
                 f"the attention scores overflowed {q.dtype} (the dot products q . k are too "
                 "large); scale the inputs down or use float64"
             )
-        np.copyto(row_max, 0, where=np.isneginf(row_max))  # a row with every key blocked
-        scores -= row_max
-    np.exp(scores, out=scores)
-    # the row sums as a product with a vector of ones: BLAS does it faster than np.sum
-    row_sum = np.matmul(scores, np.ones(scores.shape[-1], scores.dtype))[..., None]
-    row_sum[row_sum == 0] = 1  # a row with every key blocked: all its weights stay 0
-    np.reciprocal(row_sum, out=row_sum)
+    row_sum = softmax_inplace(scores, -1, row_max, shift=shift, normalise=keep_weights)
     # 5. output = weighted average of the values
-    if keep_weights:
-        scores *= row_sum  # scores -> weights, every row sums to 1
-        np.matmul(scores, v, out=output)  # (..., n_q, n_k) @ (..., n_k, d_v) -> (..., n_q, d_v)
-    else:  # divide the n_q x d_v output, not the n_q x n_k exponentials
-        np.matmul(scores, v, out=output)
-        output *= row_sum
+    np.matmul(scores, v, out=output)  # (..., n_q, n_k) @ (..., n_k, d_v) -> (..., n_q, d_v)
+    if not keep_weights:  # divide the n_q x d_v output, not the n_q x n_k exponentials
+        output /= row_sum
 
 
 # --8<-- [end:attention_steps]

@@ -88,28 +88,46 @@ def softmax(x, axis=-1):
     return out.astype(x.dtype, copy=False)
 
 
-def softmax_inplace(s: np.ndarray, axis: int = -1, row_max: np.ndarray | None = None) -> np.ndarray:
+def softmax_inplace(
+    s: np.ndarray,
+    axis: int = -1,
+    row_max: np.ndarray | None = None,
+    *,
+    shift: bool = True,
+    normalise: bool = True,
+) -> np.ndarray:
     """Softmax of ``s`` along ``axis``, written into ``s`` itself (no input checks).
 
-    The kernel behind :func:`softmax` and attention: 1. row maximum, 2. subtract it,
-    3. exponentiate, 4. divide by the row sum; all in place on ``s``. A slice that is entirely
+    The kernel behind :func:`softmax` and attention: 1. maximum of each slice, 2. subtract it,
+    3. exponentiate, 4. divide by the slice sum; all in place on ``s``. A slice that is entirely
     ``-inf`` becomes all zeros. ``s`` must be a float array without NaN or ``+inf``.
+
     ``row_max``, if given, is ``np.max(s, axis=axis, keepdims=True)`` already computed by the
-    caller; it is overwritten.
+    caller; it is overwritten. ``shift=False`` skips steps 1-2, for a caller that knows that
+    ``exp(s)`` cannot overflow (the softmax is the same whatever is subtracted from a slice).
+    ``normalise=False`` skips step 4: ``s`` ends with the exponentials, and the caller divides
+    something else by the sums.
+
+    Returns the sums of the slices (``keepdims``), with 1 in place of 0 for an all ``-inf``
+    slice.
     """
-    # 1. The maximum of each slice; an all -inf slice has max -inf: use 0 there instead,
-    #    so that exp(-inf - 0) = 0 and the slice ends as zeros instead of NaN.
-    m = np.max(s, axis=axis, keepdims=True) if row_max is None else row_max
-    np.copyto(m, 0, where=np.isneginf(m))
-    # 2.-3. Shift and exponentiate in place.
-    s -= m
+    if shift:
+        # The maximum of each slice; an all -inf slice has max -inf: use 0 there instead, so
+        # that exp(-inf - 0) = 0 and the slice ends as zeros instead of NaN.
+        m = np.max(s, axis=axis, keepdims=True) if row_max is None else row_max
+        np.copyto(m, 0, where=np.isneginf(m))
+        s -= m
     np.exp(s, out=s)
-    # 4. Normalise. The slice maximum contributes exp(0) = 1, so a sum is 0 only for an all
-    #    -inf slice: divide it by 1 and it stays 0.
-    total = np.sum(s, axis=axis, keepdims=True)
+    if axis in (-1, s.ndim - 1):  # a product with a vector of ones: BLAS sums rows faster
+        total = np.matmul(s, np.ones(s.shape[-1], s.dtype))[..., None]
+    else:
+        total = np.sum(s, axis=axis, keepdims=True)
+    # A slice sums to 0 only if it was all -inf (with the maximum subtracted, the maximum
+    # contributes exp(0) = 1): divided by 1, it stays 0.
     total[total == 0] = 1
-    s /= total
-    return s
+    if normalise:
+        s /= total
+    return total
 
 
 def _check_axis(axis, ndim: int) -> int:
