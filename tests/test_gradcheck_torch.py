@@ -98,15 +98,20 @@ def load_encoder_layer(tl, block):
     load_linear(tl.linear2, block.ff.linear2)
 
 
-def encoder_layer_grads(tl):
-    g = {f"attn.{k}": v for k, v in mha_grads(tl.self_attn).items()}
-    for ours, theirs in (("norm1", tl.norm1), ("norm2", tl.norm2)):
-        g[f"{ours}.gamma"] = theirs.weight.grad.numpy()
-        g[f"{ours}.beta"] = theirs.bias.grad.numpy()
+def _norm_ff_grads(g, tl, norms):
+    """Add the gradients of torch layer ``tl``'s LayerNorms ``norms`` and feed-forward to ``g``."""
+    for ours in norms:
+        g[f"{ours}.gamma"] = getattr(tl, ours).weight.grad.numpy()
+        g[f"{ours}.beta"] = getattr(tl, ours).bias.grad.numpy()
     for ours, theirs in (("ff.linear1", tl.linear1), ("ff.linear2", tl.linear2)):
         g[f"{ours}.W"] = theirs.weight.grad.numpy().T
         g[f"{ours}.b"] = theirs.bias.grad.numpy()
     return g
+
+
+def encoder_layer_grads(tl):
+    g = {f"attn.{k}": v for k, v in mha_grads(tl.self_attn).items()}
+    return _norm_ff_grads(g, tl, ("norm1", "norm2"))
 
 
 def load_decoder_layer(tl, block: DecoderBlock):
@@ -121,13 +126,7 @@ def load_decoder_layer(tl, block: DecoderBlock):
 def decoder_layer_grads(tl):
     g = {f"self_attn.{k}": v for k, v in mha_grads(tl.self_attn).items()}
     g.update({f"cross_attn.{k}": v for k, v in mha_grads(tl.multihead_attn).items()})
-    for ours, theirs in (("norm1", tl.norm1), ("norm2", tl.norm2), ("norm3", tl.norm3)):
-        g[f"{ours}.gamma"] = theirs.weight.grad.numpy()
-        g[f"{ours}.beta"] = theirs.bias.grad.numpy()
-    for ours, theirs in (("ff.linear1", tl.linear1), ("ff.linear2", tl.linear2)):
-        g[f"{ours}.W"] = theirs.weight.grad.numpy().T
-        g[f"{ours}.b"] = theirs.bias.grad.numpy()
-    return g
+    return _norm_ff_grads(g, tl, ("norm1", "norm2", "norm3"))
 
 
 def randomise_biases(params, rng):
