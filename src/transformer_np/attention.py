@@ -221,7 +221,7 @@ def _scores_are_bounded(q, k, v, bias) -> bool:
         bound = q_norm * k_norm / math.sqrt(q.shape[-1])
         if bias is not None:
             bound += float(np.max(np.abs(bias), where=np.isfinite(bias), initial=0.0))
-        v_max = float(np.max(np.abs(v)))
+        v_max = max(float(np.max(v)), -float(np.min(v)))  # max |v| without an |v| array
     growth = bound + math.log(k.shape[-2]) + math.log(max(v_max, 1.0))
     return bound <= log_max / 2 and growth <= log_max - 2
 
