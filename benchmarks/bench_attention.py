@@ -10,7 +10,11 @@ n = 16384 for the memory-efficient versions. Implementations:
 - ``blockwise`` ``transformer_np.blockwise_attention`` (online softmax, no n x n matrix);
 - ``products``  not attention: only its two matrix products, q k^T and (scores) v, in the
                 blocks and threads of ``sdpa_nw`` (see :func:`_products_only`). No NumPy
-                attention can be faster than its own products: this is the ceiling;
+                attention can be faster than its own products: the ceiling if exp were free;
+- ``products_exp`` not attention either: the same two products with ``np.exp`` applied in
+                place to every score between them (no maximum, no sums, no division). Every
+                NumPy softmax attention does at least this much work: its time is the floor
+                of NumPy attention on this machine, measured instead of estimated;
 - ``torch``     ``torch.nn.functional.scaled_dot_product_attention`` on CPU.
 
 Method
@@ -74,9 +78,9 @@ from timed_calls import TimedProcess, serve
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "attention.json"
-IMPLS = ("naive", "sdpa", "sdpa_nw", "blockwise", "products", "torch")
+IMPLS = ("naive", "sdpa", "sdpa_nw", "blockwise", "products", "products_exp", "torch")
 # measured at every big n: they do not hold the n x n matrix (products: one block per thread)
-BIG_ONLY = ("sdpa_nw", "blockwise", "products", "torch")
+BIG_ONLY = ("sdpa_nw", "blockwise", "products", "products_exp", "torch")
 HEADS, D_HEAD = 8, 64
 
 
@@ -130,6 +134,9 @@ def _make_call(impl: str, n: int, block_size: int | None):
         return lambda: scaled_dot_product_attention(q, k, v, need_weights=False)
     if impl == "products":
         return lambda: _products_only(q, k, v)
+    if impl == "products_exp":
+        q_scaled = q / np.float32(np.sqrt(D_HEAD))  # the scores of attention, scaled once here
+        return lambda: _products_only(q_scaled, k, v, with_exp=True)
     if impl == "blockwise":
         from transformer_np.blockwise import blockwise_attention
 
@@ -152,12 +159,14 @@ def _nw_blocks(n: int):
     ]
 
 
-def _products_only(q, k, v):
+def _products_only(q, k, v, *, with_exp=False):
     """The two matrix products of attention and nothing else, as the package lays them out.
 
     The blocks of query rows and the threads of ``scaled_dot_product_attention(...,
     need_weights=False)``, one buffer per thread, one OpenBLAS thread per product: the time
-    that any NumPy attention spends at least, with an ``exp`` that would cost nothing.
+    that any NumPy attention spends at least, with an ``exp`` that would cost nothing. With
+    ``with_exp``, ``np.exp`` is also applied in place to every block of scores between the two
+    products: the least work of any NumPy attention with a softmax.
     """
     import numpy as np
 
@@ -173,6 +182,8 @@ def _products_only(q, k, v):
         q_blk = q[items][..., rows, :]
         scores = _thread_buffer(buffers, q_blk.shape[:-1] + (n,), q.dtype)
         np.matmul(q_blk, k[items].swapaxes(-1, -2), out=scores)
+        if with_exp:
+            np.exp(scores, out=scores)
         np.matmul(scores, v[items], out=out[items][..., rows, :])
 
     parallel_for(one_block, _nw_blocks(n), one_blas_thread=True)
@@ -501,6 +512,10 @@ NAMES = {
     "products": {
         "en": "only the two matrix products (not attention)",
         "it": "solo i due prodotti di matrici (non è attention)",
+    },
+    "products_exp": {
+        "en": "the two products and `np.exp` of every score (not attention)",
+        "it": "i due prodotti e `np.exp` di ogni punteggio (non è attention)",
     },
     "torch": "PyTorch SDPA",
 }

@@ -25,6 +25,7 @@ TEXT = {
         "title_speed": "Velocità",
         "title_memory": "Memoria",
         "products": "solo i due prodotti (non è attention)",
+        "products_exp": "i due prodotti e np.exp (non è attention)",
     },
     "en": {
         "n": "sequence length n",
@@ -35,6 +36,7 @@ TEXT = {
         "title_speed": "Speed",
         "title_memory": "Memory",
         "products": "only the two products (not attention)",
+        "products_exp": "the two products and np.exp (not attention)",
     },
 }
 
@@ -44,6 +46,7 @@ LABELS = {
     "sdpa_nw": "scaled_dot_product_attention(need_weights=False)",
     "blockwise": "blockwise_attention",
     "products": None,  # from TEXT, in the page's language
+    "products_exp": None,
     "torch": "PyTorch SDPA",
 }
 STYLES = {
@@ -52,6 +55,7 @@ STYLES = {
     "sdpa_nw": ("v", "-"),
     "blockwise": ("^", "-"),
     "products": ("x", (0, (1, 1))),
+    "products_exp": ("+", (0, (3, 1, 1, 1))),
     "torch": ("D", "--"),
 }
 COLORS = {
@@ -60,6 +64,7 @@ COLORS = {
     "sdpa_nw": "#9467bd",
     "blockwise": "#2ca02c",
     "products": "#555555",
+    "products_exp": "#8c564b",
     "torch": "#d62728",
 }
 

@@ -28,7 +28,7 @@ def test_benchmark_quick_run_writes_table_json_and_plot(tmp_path):
 
     res = json.loads(out.read_text())
     impls = {r["impl"] for r in res["rows"]}
-    assert impls == {"naive", "sdpa", "sdpa_nw", "blockwise", "products", "torch"}
+    assert impls == {"naive", "sdpa", "sdpa_nw", "blockwise", "products", "products_exp", "torch"}
     for row in res["rows"]:
         assert row["n"] == 32 and row["measured"]
         assert row["median_s"] > 0 and row["gflops"] > 0
@@ -43,8 +43,9 @@ def test_benchmark_quick_run_writes_table_json_and_plot(tmp_path):
     table = out.with_suffix(".md").read_text()
     assert table.startswith("| implementation | n | time (ms) | GFLOP/s |")
     assert table in proc.stdout  # the table is printed too
-    assert len([ln for ln in table.splitlines() if ln.startswith("| ")]) == 1 + 6  # header + rows
+    assert len([ln for ln in table.splitlines() if ln.startswith("| ")]) == 1 + 7  # header + rows
     assert "| only the two matrix products (not attention) | 32 |" in table
+    assert "| the two products and `np.exp` of every score (not attention) | 32 |" in table
 
     table_it = out.with_suffix(".it.md").read_text()
     assert table_it.startswith("| implementazione | n |")
