@@ -256,7 +256,9 @@ def strip_comments(code: str, info: str) -> str:
 HEADING = re.compile(r"^(#{1,6})\s+\S")
 ADMONITION = re.compile(r"^\s*(?:!!!|\?\?\?\+?)\s+([\w-]+)")
 IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)")
-INLINE_CODE = re.compile(r"`[^`\n]*`")
+INLINE_CODE = re.compile(r"`[^`]+`")  # may run over a line break, as in Markdown
+# A bulleted or numbered list item; the group is its indent (its nesting level).
+LIST_ITEM = re.compile(r"^(\s*)(?:[-*+]|\d+\.)\s+\S")
 # $$display$$ or $inline$ (a backslash-escaped or doubled dollar is not a delimiter).
 MATH = re.compile(r"\$\$(.+?)\$\$|(?<![\\$])\$(?!\$)(.+?)(?<![\\$])\$(?!\$)", re.DOTALL)
 
@@ -278,6 +280,14 @@ class Structure:
     admonitions: list[str]
     figures: list[str]
     code: list[tuple[str, str]]
+    inline_code: list[str]
+    list_items: list[int]
+
+
+def _same_in_both(code: str) -> str:
+    """An inline code span as both languages must write it: whitespace normalised, and a
+    file name of the Italian version (``attention.it.md``) written as the English one."""
+    return re.sub(r"\.it\.(\w+)\b", r".\1", " ".join(code.split()))
 
 
 def structure(text: str) -> Structure:
@@ -288,6 +298,8 @@ def structure(text: str) -> Structure:
         admonitions=[m.group(1) for ln in prose.split("\n") if (m := ADMONITION.match(ln))],
         figures=IMAGE.findall(prose),
         code=[(f.info, strip_comments(f.body, f.info)) for f in fences(text)],
+        inline_code=[_same_in_both(code) for code in INLINE_CODE.findall(prose)],
+        list_items=[len(m.group(1)) for ln in prose.split("\n") if (m := LIST_ITEM.match(ln))],
     )
 
 

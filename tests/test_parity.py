@@ -44,7 +44,15 @@ def _common(suffix):
 def test_page_mirrors_its_translation(name):
     it = structure(read_page(DOCS / IT / name))
     en = structure(read_page(DOCS / EN / name))
-    for part in ("headings", "formulas", "admonitions", "figures", "code"):
+    for part in (
+        "headings",
+        "formulas",
+        "admonitions",
+        "figures",
+        "code",
+        "inline_code",
+        "list_items",
+    ):
         a, b = getattr(it, part), getattr(en, part)
         assert a == b, f"{name}: {part} differ between the languages\n{_diff(a, b)}"
 
