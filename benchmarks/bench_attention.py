@@ -74,7 +74,7 @@ import sys
 import time
 from pathlib import Path
 
-from timed_calls import TimedProcess, serve
+from timed_calls import TimedProcess, cpu_model, serve
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "attention.json"
@@ -308,13 +308,7 @@ def mem_available() -> int:
 def machine_info() -> dict:
     import numpy as np
 
-    cpu = platform.processor() or "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
+    cpu = cpu_model()
     try:
         blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
         blas = f"{blas.get('name')} {blas.get('version')}"

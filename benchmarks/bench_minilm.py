@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from timed_calls import TimedProcess, serve
+from timed_calls import TimedProcess, cpu_model, serve
 
 THREAD_VARS = (
     "OMP_NUM_THREADS",
@@ -224,7 +224,7 @@ def main() -> None:
     diff = float(np.max(np.abs(ours_emb - np.asarray(torch_result["embeddings"]))))
     lengths = mask.sum(axis=1)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
-    print("cpu:", _cpu_model())
+    print("cpu:", cpu_model())
     print(f"load average (1 min) before / after: {load_before:.2f} / {load_after:.2f}")
     threads = args.threads or os.cpu_count()
     print(f"threads per side: {threads}")
@@ -245,10 +245,11 @@ def main() -> None:
     if args.json:
         result = {
             "command": "HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_minilm.py "
-            f"--reps {args.reps} --warmup {args.warmup}"
-            + (f" --threads {args.threads}" if args.threads else ""),
+            f"--reps {args.reps} --warmup {args.warmup} --pause {args.pause}"
+            + (f" --threads {args.threads}" if args.threads else "")
+            + f" --json {args.json}",
             "date": time.strftime("%Y-%m-%d"),
-            "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "arch": platform.machine()},
+            "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "arch": platform.machine()},
             "load_average_1min": [round(load_before, 2), round(load_after, 2)],
             "threads": threads,
             "versions": {
@@ -279,17 +280,6 @@ def main() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {path}")
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 if __name__ == "__main__":

@@ -9,15 +9,30 @@ The protocol, one JSON object per line on the server's standard output: first th
 object (whatever the server wants to report: versions, threads, memory, results), then
 ``{"t": seconds}`` for every line ``run`` read on its standard input. Any other line, or the end
 of the input, stops the server.
+
+Also :func:`cpu_model`, the name of the CPU that every benchmark writes next to its results.
 """
 
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from ``/proc/cpuinfo`` on Linux), for the results files."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def serve(call: Callable[[], object], ready: dict) -> None:

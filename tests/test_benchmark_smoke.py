@@ -1,7 +1,8 @@
-"""The attention benchmark script runs end to end and writes its table, JSON and plot.
+"""The benchmark scripts run end to end and write their results.
 
-A smoke run on tiny sizes: it checks that the script works (every implementation, PyTorch in
-its own process, the memory and time measurements, the outputs), never how fast anything is.
+Smoke runs on tiny sizes: they check that the scripts work (for attention: every
+implementation, PyTorch in its own process, the memory and time measurements, the table, JSON
+and plot; for decoding: both paths and the JSON), never how fast anything is.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "bench_attention.py"
+DECODING = ROOT / "benchmarks" / "bench_decoding.py"
 
 
 @pytest.mark.slow
@@ -53,3 +55,19 @@ def test_benchmark_quick_run_writes_table_json_and_plot(tmp_path):
 
     svg = out.with_suffix(".svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+
+
+def test_decoding_benchmark_writes_json_with_identical_tokens(tmp_path):
+    out = tmp_path / "decoding.json"
+    cmd = [sys.executable, str(DECODING), "--new", "3", "6", "--reps", "1", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+
+    res = json.loads(out.read_text())
+    assert res["command"].startswith("python benchmarks/bench_decoding.py --new 3 6 ")
+    assert [r["new_tokens"] for r in res["results"]] == [3, 6]
+    for r in res["results"]:
+        assert r["identical_tokens"] is True
+        assert r["with_cache_s"] > 0 and r["without_cache_s"] > 0
+        assert r["speedup"] == r["without_cache_s"] / r["with_cache_s"]
+    assert "identical tokens: True" in proc.stdout
