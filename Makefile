@@ -2,9 +2,11 @@
 #   make serve   set up everything, build the site and serve it at http://127.0.0.1:8000
 #   make test    set up everything (Chromium included) and run the whole test suite
 #   make site    build the static site into site/ (SITE_URL=https://... for the published base URL)
-# Reference values and benchmarks (not part of the tests; PyTorch side in its own environment):
-#   make reference    rerun sentence-transformers to rewrite tests/fixtures/minilm_reference.*
-#   make bench        every benchmark script, each printing our time against PyTorch's
+# Reference values and benchmarks (not part of the tests):
+#   make reference    rerun sentence-transformers (in .venv-ref) to rewrite tests/fixtures/minilm_reference.*
+#   make bench        every benchmark script, rewriting benchmarks/results/ (MiniLM against
+#                     sentence-transformers in .venv-ref; attention and the training step against
+#                     PyTorch in .venv; decoding with and without the cache)
 
 PYTHON  ?= python3
 VENV    ?= .venv
@@ -71,10 +73,13 @@ reference: $(REF_STAMP)
 	HF_HUB_OFFLINE=1 $(REF_VENV)/bin/python scripts/make_minilm_reference.py
 
 bench: $(STAMP) $(REF_STAMP)
-	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_minilm.py --ref-python $(REF_VENV)/bin/python
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_minilm.py --ref-python $(REF_VENV)/bin/python \
+		--reps 20 --json benchmarks/results/minilm.json
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_minilm.py --ref-python $(REF_VENV)/bin/python \
+		--threads 1 --json benchmarks/results/minilm_1thread.json
 	$(PY) benchmarks/bench_attention.py
 	$(PY) benchmarks/bench_train_step.py
-	$(PY) benchmarks/bench_decoding.py
+	$(PY) benchmarks/bench_decoding.py --new 200 500 --json benchmarks/results/decoding.json
 
 clean:
 	rm -rf site .pytest_cache .ruff_cache test-artifacts .cache
