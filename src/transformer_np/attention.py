@@ -241,7 +241,8 @@ def _attention_steps(q, k, v, mask, bias, output, weights, *, shift=True, keep_w
     """The five steps of attention, written into ``output`` and ``weights`` (no checks).
 
     ``weights`` (..., n_q, n_k) holds the scores first: every step after the first works on it
-    in place, and no other array of that size is created. With ``shift=False`` the row maximum
+    in place, and no other float array of that size is created (only the boolean ``~mask``,
+    when a mask is given). With ``shift=False`` the row maximum
     is not subtracted (the caller has checked that the scores are small enough). With
     ``keep_weights=False`` the buffer ends with the exponentials, not the weights: only the
     output is divided by the row sums.
