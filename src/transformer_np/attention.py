@@ -226,6 +226,14 @@ def _scores_are_bounded(q, k, v, bias) -> bool:
     return bound <= log_max / 2 and growth <= log_max - 2
 
 
+def _overflow_error(dtype) -> ValueError:
+    """The error for scores q . k too large for ``dtype`` (finite inputs, infinite products)."""
+    advice = "scale the inputs down" + ("" if dtype == np.float64 else " or use float64")
+    return ValueError(
+        f"the attention scores overflowed {dtype} (the dot products q . k are too large); {advice}"
+    )
+
+
 def _at_least_2d(a):
     """A mask or bias with at least the two axes (n_q, n_k) (a 1-D one is a row of keys)."""
     return None if a is None else a.reshape((1,) * (2 - a.ndim) + a.shape)
@@ -264,10 +272,7 @@ def _attention_steps(q, k, v, mask, bias, output, weights, *, shift=True, keep_w
     if shift:
         row_max = np.max(scores, axis=-1, keepdims=True)  # (..., n_q, n_k) -> (..., n_q, 1)
         if not (row_max < np.inf).all():  # +inf or NaN: q k^T overflowed the dtype
-            raise ValueError(
-                f"the attention scores overflowed {q.dtype} (the dot products q . k are too "
-                "large); scale the inputs down or use float64"
-            )
+            raise _overflow_error(q.dtype)
     row_sum = softmax_inplace(scores, -1, row_max, shift=shift, normalise=keep_weights)
     # 5. output = weighted average of the values
     np.matmul(scores, v, out=output)  # (..., n_q, n_k) @ (..., n_k, d_v) -> (..., n_q, d_v)
@@ -443,6 +448,7 @@ class MultiHeadAttention:
             if not isinstance(p, np.ndarray) or p.shape != shape:
                 got = shape_str(p.shape) if isinstance(p, np.ndarray) else type(p).__name__
                 raise ValueError(f"params[{name!r}] must be an ndarray of shape {shape}, got {got}")
+            check_finite(p, f"params[{name!r}]")
 
     def _check_input(self, x, name):
         x = as_float_array(x, name)

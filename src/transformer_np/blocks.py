@@ -13,7 +13,7 @@ from ._validation import (
     shape_str,
 )
 from .attention import MultiHeadAttention
-from .layers import FeedForward, LayerNorm, NestedParams
+from .layers import FeedForward, LayerNorm, NestedParams, _backward_cache
 
 __all__ = ["EncoderBlock"]
 
@@ -171,6 +171,7 @@ class EncoderBlock:
         attention residual; pre-LN through the two residuals, each branch starting with its
         layer norm.
         """
+        _backward_cache(self.attn, type(self).__name__)  # a clear error before any forward pass
         g = grad_output
         if self.norm_first:
             dh = g + self.norm2.backward(self.ff.backward(g))  # y = h + ff(norm2(h))

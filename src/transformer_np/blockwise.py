@@ -13,7 +13,7 @@ import numpy as np
 
 from ._parallel import num_threads, parallel_for
 from ._validation import check_bool, check_positive_int
-from .attention import _check_sdpa_inputs
+from .attention import _check_sdpa_inputs, _overflow_error
 
 __all__ = ["blockwise_attention"]
 
@@ -122,6 +122,12 @@ def blockwise_attention(
     parallel_for(
         one_query_block, starts, threads=num_threads() if big_enough else 1, one_blas_thread=True
     )
+    if not np.isfinite(out).all():  # finite inputs, so the sums of weights times v overflowed
+        raise ValueError(
+            f"the output overflowed {out.dtype}: the running sums of weights times v (up to "
+            f"n_k max|v| = {n_k} x {float(np.max(np.abs(v))):.3g}) do not fit in it; scale v "
+            "down" + ("" if out.dtype == np.float64 else " or use float64")
+        )
     return out.astype(out_dtype, copy=False)
 
 
@@ -172,10 +178,7 @@ def _query_block(q, k, v, mask, bias, causal, scale, qs, qe, block_size, out) ->
         # 3. new running max m' = max(m, max_j s_j); a row that saw only blocked keys keeps -inf
         new_max = np.maximum(row_max, s.max(axis=-1))  # (..., bq, bk) -> (..., bq)
         if not (new_max < np.inf).all():  # +inf or NaN: q k^T overflowed the dtype
-            raise ValueError(
-                f"the attention scores overflowed {q.dtype} (the dot products q . k are too "
-                "large); scale the inputs down or use float64"
-            )
+            raise _overflow_error(q.dtype)
         shift = np.where(new_max == -np.inf, 0, new_max)  # avoids (-inf) - (-inf) = NaN
         # 4. p_j = exp(s_j - m'), in place
         s -= shift[..., None]

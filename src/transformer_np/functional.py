@@ -82,6 +82,11 @@ def softmax(x, axis=-1):
     if x.ndim == 0:
         raise ValueError("x must have at least one axis, got a 0-d array")
     axis = _check_axis(axis, x.ndim)
+    if x.shape[axis] == 0:
+        raise ValueError(
+            f"x has no values along axis {axis} (shape {shape_str(x.shape)}): a softmax needs "
+            "at least one"
+        )
     check_finite(x, "x", allow_neg_inf=True)
     out = x.astype(compute_dtype(x.dtype), copy=True)
     softmax_inplace(out, axis)
@@ -650,8 +655,27 @@ def layer_norm(x, gamma, beta, eps=1e-5):
             )
     eps = check_positive_float(eps, "eps")
     check_finite(x, "x")
+    check_finite(gamma, "gamma")
+    check_finite(beta, "beta")
     dt = compute_dtype(x.dtype)
-    y, _, _ = layer_norm_forward(
-        x.astype(dt, copy=False), gamma.astype(dt, copy=False), beta.astype(dt, copy=False), eps
-    )
+    with np.errstate(over="ignore", invalid="ignore"):
+        y, _, rstd = layer_norm_forward(
+            x.astype(dt, copy=False), gamma.astype(dt, copy=False), beta.astype(dt, copy=False), eps
+        )
+    check_normalised(rstd, x, "x")
     return y.astype(x.dtype, copy=False)
+
+
+def check_normalised(rstd: np.ndarray, x: np.ndarray, name: str) -> None:
+    """Raise ValueError if a row of finite ``x`` was too large for its dtype's layer norm.
+
+    ``rstd`` is :func:`layer_norm_forward`'s ``1 / sqrt(var + eps)``, one value per row: an
+    overflow of the mean or the variance makes it NaN or 0 (and the output wrong: a row of zeros
+    or NaN), so checking these few values is enough.
+    """
+    if not (np.isfinite(rstd).all() and (rstd > 0).all()):
+        raise ValueError(
+            f"{name} is too large to normalise in {rstd.dtype} (the mean or variance of a row "
+            f"overflows; largest |{name}| = {float(np.max(np.abs(x))):.3g}); scale it down or "
+            "use float64"
+        )

@@ -27,7 +27,7 @@ from ._validation import (
     compute_dtype,
     shape_str,
 )
-from .functional import _erf64, _gelu_exact, layer_norm_forward
+from .functional import _erf64, _gelu_exact, check_normalised, layer_norm_forward
 
 __all__ = ["Embedding", "FeedForward", "LayerNorm", "Linear", "NestedParams"]
 
@@ -110,14 +110,14 @@ def _backward_cache(layer, name: str) -> dict:
     return cache
 
 
-def _check_grad(grad_output, shape, dtype) -> np.ndarray:
+def _check_grad(grad_output, shape, dtype, name: str = "grad_output") -> np.ndarray:
     """``grad_output`` as an array of the last output's ``shape``, in the compute ``dtype``."""
     g = np.asarray(grad_output)
     if g.dtype.kind != "f":
-        raise TypeError(f"grad_output must be a floating-point array, got dtype {g.dtype}")
+        raise TypeError(f"{name} must be a floating-point array, got dtype {g.dtype}")
     if tuple(g.shape) != tuple(shape):
         raise ValueError(
-            f"grad_output must have the shape of the last output {shape_str(shape)}, "
+            f"{name} must have the shape of the last output {shape_str(shape)}, "
             f"got {shape_str(g.shape)}"
         )
     return g.astype(dtype, copy=False)
@@ -305,12 +305,14 @@ class LayerNorm:
         _check_param_shapes(self.params, {"gamma": (d,), "beta": (d,)}, "LayerNorm")
         x = _check_features(x, "x", d, "d_model")
         dt = compute_dtype(x.dtype)
-        y, x_hat, rstd = layer_norm_forward(
-            x.astype(dt, copy=False),
-            self.params["gamma"].astype(dt, copy=False),
-            self.params["beta"].astype(dt, copy=False),
-            self.eps,
-        )
+        with np.errstate(over="ignore", invalid="ignore"):
+            y, x_hat, rstd = layer_norm_forward(
+                x.astype(dt, copy=False),
+                self.params["gamma"].astype(dt, copy=False),
+                self.params["beta"].astype(dt, copy=False),
+                self.eps,
+            )
+        check_normalised(rstd, x, "x")
         self._cache = {"x_hat": x_hat, "rstd": rstd}
         return y.astype(x.dtype, copy=False)
 

@@ -16,11 +16,27 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from ._validation import check_bool, check_rng, shape_str
+from ._validation import (
+    as_float_array,
+    check_bool,
+    check_finite,
+    check_last_dim,
+    check_ndim,
+    check_rng,
+    shape_str,
+)
 from .attention import MultiHeadAttention
 from .blocks import EncoderBlock
 from .functional import causal_mask
-from .layers import Embedding, FeedForward, LayerNorm, Linear, NestedParams
+from .layers import (
+    Embedding,
+    FeedForward,
+    LayerNorm,
+    Linear,
+    NestedParams,
+    _backward_cache,
+    _check_grad,
+)
 from .positional import positional_encoding
 
 __all__ = [
@@ -55,6 +71,8 @@ def _check_field(cls_name, name, value, kind, lo=None, hi=None, hi_open=False):
         what = "a number"
     if not ok:
         raise TypeError(f"{cls_name}.{name} must be {what}, got {value!r}")
+    if kind is float and not np.isfinite(value):
+        raise ValueError(f"{cls_name}.{name} must be a finite number, got {value}")
     if lo is not None and value < lo:
         raise ValueError(f"{cls_name}.{name} must be >= {lo}, got {value}")
     if hi is not None and (value >= hi if hi_open else value > hi):
@@ -65,6 +83,8 @@ def _check_field(cls_name, name, value, kind, lo=None, hi=None, hi_open=False):
 def _check_common(cfg):
     name = type(cfg).__name__
     _check_field(name, "d_model", cfg.d_model, int, 2)
+    if cfg.d_ff == 0:  # the default: 4 d_model
+        object.__setattr__(cfg, "d_ff", 4 * cfg.d_model)
     _check_field(name, "n_heads", cfg.n_heads, int, 1)
     if cfg.d_model % cfg.n_heads:
         raise ValueError(
@@ -98,7 +118,17 @@ class _ConfigMixin:
     @classmethod
     def from_json(cls, text: str):
         """Rebuild a configuration from :meth:`to_json`'s output."""
-        data = json.loads(text)
+        if not isinstance(text, str | bytes):
+            raise TypeError(f"text must be a JSON string, got {type(text).__name__}")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"text is not valid JSON for a {cls.__name__}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError(
+                f"text must describe a JSON object (the fields of a {cls.__name__}), "
+                f"got a JSON {type(data).__name__}"
+            )
         kind = data.pop("type", cls.__name__)
         if kind != cls.__name__:
             raise ValueError(f"this JSON describes a {kind}, not a {cls.__name__}")
@@ -137,8 +167,6 @@ class TransformerConfig(_ConfigMixin):
     dtype: str = "float32"  # "float32" (fast) or "float64" (gradient checks)
 
     def __post_init__(self):
-        if self.d_ff == 0:
-            object.__setattr__(self, "d_ff", 4 * self.d_model)
         name = type(self).__name__
         _check_field(name, "src_vocab_size", self.src_vocab_size, int, 1)
         _check_field(name, "tgt_vocab_size", self.tgt_vocab_size, int, 1)
@@ -179,8 +207,6 @@ class LanguageModelConfig(_ConfigMixin):
     dtype: str = "float32"  # "float32" or "float64"
 
     def __post_init__(self):
-        if self.d_ff == 0:
-            object.__setattr__(self, "d_ff", 4 * self.d_model)
         name = type(self).__name__
         _check_field(name, "vocab_size", self.vocab_size, int, 1)
         _check_field(name, "n_layers", self.n_layers, int, 1)
@@ -281,8 +307,10 @@ class TiedOutput:
 
     def backward(self, grad_output):
         W = self.embedding.params["W"]
-        h2, shape = self._cache["h"], self._cache["shape"]
-        g2 = grad_output.reshape(-1, W.shape[0])  # (B*T, V)
+        cache = _backward_cache(self, "TiedOutput")
+        h2, shape = cache["h"], cache["shape"]
+        g = _check_grad(grad_output, shape[:-1] + (W.shape[0],), W.dtype)
+        g2 = g.reshape(-1, W.shape[0])  # (B*T, V)
         self.grads = {"b": g2.sum(axis=0)}
         self.dW = g2.T @ h2  # (V, B*T) @ (B*T, D) -> (V, D)
         return (g2 @ W).reshape(shape)  # (B*T, V) @ (V, D) -> (B, T, D)
@@ -313,6 +341,7 @@ class EncoderLayer(EncoderBlock):
     """
 
     def __init__(self, d_model, n_heads, d_ff, *, dropout=0.0, rng=None, **kwargs):
+        _check_field(type(self).__name__, "dropout", dropout, float, 0.0, 1.0, hi_open=True)
         rng = check_rng(rng)
         super().__init__(d_model, n_heads, d_ff, rng=rng, **kwargs)
         self.dropout = float(dropout)
@@ -412,6 +441,7 @@ class DecoderBlock:
         dtype=np.float64,
     ):
         check_bool(norm_first, "norm_first")
+        _check_field(type(self).__name__, "dropout", dropout, float, 0.0, 1.0, hi_open=True)
         rng = check_rng(rng)
         self.self_attn = MultiHeadAttention(d_model, n_heads, rng=rng, dtype=dtype)
         self.norm1 = LayerNorm(d_model, eps, dtype=dtype)
@@ -459,6 +489,7 @@ class DecoderBlock:
         -------
         ndarray of shape (B, T, D)
         """
+        memory = _check_memory(memory, np.shape(x)[0], self.d_model)
         if self.norm_first:
             a, w_self = self.self_attn(self.norm1(x), mask=self_mask)
             h = x + self.drop1(a)
@@ -483,6 +514,7 @@ class DecoderBlock:
         dx : ndarray of shape (B, T, D)
         dmemory : ndarray of shape (B, S, D)
         """
+        _backward_cache(self.self_attn, type(self).__name__)  # a clear error before any forward
         g = grad_output
         if self.norm_first:
             dh2 = g + self.norm3.backward(self.ff.backward(self.drop3.backward(g)))
@@ -611,6 +643,24 @@ class Decoder:
 # --------------------------------------------------------------------------------------------
 
 
+def _check_memory(memory, batch, d_model):
+    """The encoder output given to a decoder: a finite float array (batch, S, d_model)."""
+    if memory is None:
+        raise TypeError(
+            "memory must be the encoder output, a float array of shape (B, S, d_model), got None"
+        )
+    memory = as_float_array(memory, "memory")
+    check_ndim(memory, "memory", (3,), "the encoder output, of shape (B, S, d_model)")
+    check_last_dim(memory, "memory", d_model, "d_model")
+    if memory.shape[0] != batch:
+        raise ValueError(
+            f"memory must have the batch size of the target input ({batch}), "
+            f"got shape {shape_str(memory.shape)}"
+        )
+    check_finite(memory, "memory")
+    return memory
+
+
 def _check_ids(ids, name, vocab_size, max_len):
     """Token ids as a 2-D integer array (B, T) with values in [0, vocab) and T <= max_len."""
     try:
@@ -715,19 +765,53 @@ class _Model:
         return drop(x)
 
     def load_parameters(self, params):
-        """Copy arrays (same names and shapes as :meth:`parameters`) into the model."""
+        """Copy arrays (same names and shapes as :meth:`parameters`) into the model.
+
+        Every array is checked (names, shapes, real numbers, all finite) before any is copied:
+        on an error the model is left as it was.
+        """
         mine = self.params
+        if not hasattr(params, "keys"):
+            raise TypeError(
+                f"params must be a mapping of names to arrays, got {type(params).__name__}"
+            )
         missing = sorted(set(mine) - set(params))
         extra = sorted(set(params) - set(mine))
         if missing or extra:
             raise ValueError(f"parameter names do not match: missing {missing}, unexpected {extra}")
+        checked = {}
         for k in mine:
-            if mine[k].shape != params[k].shape:
-                raise ValueError(
-                    f"parameter {k!r} must have shape {mine[k].shape}, got {params[k].shape}"
+            value = np.asarray(params[k])
+            if value.dtype.kind not in "fiu" or value.dtype == np.bool_:
+                raise TypeError(
+                    f"parameter {k!r} must be a real numeric array, got dtype {value.dtype}"
                 )
-        for k in mine:
-            mine[k][...] = params[k]
+            if mine[k].shape != value.shape:
+                raise ValueError(
+                    f"parameter {k!r} must have shape {mine[k].shape}, got {value.shape}"
+                )
+            if not np.isfinite(value).all():
+                raise ValueError(f"parameter {k!r} contains NaN or inf")
+            checked[k] = value
+        for k, value in checked.items():
+            mine[k][...] = value
+
+
+def _check_grad_logits(model, grad_logits) -> None:
+    """A model's ``backward`` input: after a forward pass, a finite float array.
+
+    The output layer checks the shape; this adds what a layer does not check (every layer
+    passes its gradient on, so a NaN here would silently become NaN in every gradient).
+    """
+    out = model.out
+    if getattr(out, "_cache", None) is None:
+        raise RuntimeError(
+            f"{type(model).__name__}.backward was called before a forward pass (no cache)"
+        )
+    vocab = out.embedding.params["W"].shape[0] if isinstance(out, TiedOutput) else out.d_out
+    g = np.asarray(grad_logits)
+    g = _check_grad(g, out._cache["shape"][:-1] + (vocab,), g.dtype, "grad_logits")
+    check_finite(g, "grad_logits")
 
 
 def _output_layer(cfg, embedding, vocab_size, rng, dtype):
@@ -862,11 +946,7 @@ class Transformer(_Model):
         """Logits (B, T, V) of the next token at each target position, given the memory."""
         cfg = self.config
         tgt = _check_ids(tgt, "tgt", cfg.tgt_vocab_size, cfg.max_len)
-        if memory.shape[0] != tgt.shape[0]:
-            raise ValueError(
-                f"tgt and the source must have the same batch size, got tgt "
-                f"{shape_str(tgt.shape)} and memory {shape_str(memory.shape)}"
-            )
+        memory = _check_memory(memory, tgt.shape[0], cfg.d_model)
         y = self._embed(self.tgt_embed, self.tgt_drop, tgt)  # (B, T) -> (B, T, D)
         h = self.decoder(y, memory, self.target_mask(tgt), src_mask)  # (B, T, D)
         return self.out(h)  # (B, T, D) -> (B, T, V)
@@ -900,6 +980,7 @@ class Transformer(_Model):
 
     def backward(self, grad_logits):
         """Backpropagate ``dL/dlogits`` (B, T, V) through the last call; fills ``grads``."""
+        _check_grad_logits(self, grad_logits)
         dh = self.out.backward(grad_logits)  # (B, T, V) -> (B, T, D)
         dy, dmemory = self.decoder.backward(dh)
         self.tgt_embed.backward(self.tgt_drop.backward(dy))
@@ -987,6 +1068,7 @@ class LanguageModel(_Model):
 
     def backward(self, grad_logits):
         """Backpropagate ``dL/dlogits`` (B, T, V) through the last call; fills ``grads``."""
+        _check_grad_logits(self, grad_logits)
         dh = self.out.backward(grad_logits)
         dx = self.blocks.backward(dh)
         self.embed.backward(self.drop.backward(dx))

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from .._validation import check_positive_int
+
 __all__ = [
     "INSTALL_HINT",
     "MODEL_PACKAGE",
@@ -180,6 +182,7 @@ def read_tokenizer(path: str | Path, *, max_length: int, pad_token: str = "[PAD]
     """
     from tokenizers import Tokenizer
 
+    max_length = check_positive_int(max_length, "max_length")
     path = _require_file(Path(path))
     try:
         tokenizer = Tokenizer.from_file(str(path))

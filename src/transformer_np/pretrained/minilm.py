@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._validation import check_dtype
+from .._validation import as_float_array, check_dtype, check_ndim, shape_str
 from ..blocks import EncoderBlock
 from ..layers import Embedding, LayerNorm
 from .checkpoint import (
@@ -108,7 +108,15 @@ class MiniLMConfig:
         for field, key in mapping.items():
             if key not in cfg:
                 raise ModelFileError(f"model file {path} has no {key!r}; {INSTALL_HINT}")
-            kwargs[field] = float(cfg[key]) if field == "eps" else cfg[key]
+            kwargs[field] = cfg[key]
+            if field == "eps":
+                try:
+                    kwargs[field] = float(cfg[key])
+                except (TypeError, ValueError):
+                    raise ModelFileError(
+                        f"model file {path}: {key} must be a number, got {cfg[key]!r}; "
+                        f"{INSTALL_HINT}"
+                    ) from None
         sbert = model_dir / "sentence_bert_config.json"
         if sbert.is_file():
             kwargs["max_seq_length"] = read_config(sbert).get("max_seq_length", 256)
@@ -135,6 +143,8 @@ def weight_map(config: MiniLMConfig | None = None) -> dict[str, tuple[str, str, 
     >>> weight_map()["encoder.layer.0.attention.self.query.weight"]
     ('blocks[0].attn', 'W_q', True)
     """
+    if config is not None and not isinstance(config, MiniLMConfig):
+        raise TypeError(f"config must be a MiniLMConfig or None, got {type(config).__name__}")
     config = config or MiniLMConfig()
     mapping = {
         "embeddings.word_embeddings.weight": ("word_embeddings", "W", False),
@@ -297,7 +307,12 @@ class MiniLM:
         return obj
 
     def load_state(self, tensors: dict[str, np.ndarray]) -> None:
-        """Copy checkpoint tensors (PyTorch names and layout) into the layers' ``params``."""
+        """Copy checkpoint tensors (PyTorch names and layout) into the layers' ``params``.
+
+        Every tensor is checked (present, shape, finite) before any is copied: on an error the
+        model is left as it was.
+        """
+        checked = []
         for name, (layer, param, transpose) in weight_map(self.config).items():
             if name not in tensors:
                 raise ValueError(f"tensors has no {name!r} (expected every name of weight_map())")
@@ -311,6 +326,10 @@ class MiniLM:
                     f"{name}: our {layer}.params[{param!r}] has shape "
                     f"{target[param].shape}, the checkpoint gives {value.shape}"
                 )
+            if not np.isfinite(value).all():
+                raise ValueError(f"{name} contains NaN or inf")
+            checked.append((target, param, value))
+        for target, param, value in checked:
             target[param] = value
 
     # ----------------------------------------------------------------------------------------
@@ -454,7 +473,15 @@ class MiniLM:
         -------
         embeddings : ndarray of shape (B, D)
         """
-        m = (np.asarray(attention_mask) != 0).astype(hidden.dtype)  # (B, T)
+        hidden = as_float_array(hidden, "hidden")
+        check_ndim(hidden, "hidden", (3,), "the last hidden states, of shape (B, T, D)")
+        attention_mask = np.asarray(attention_mask)
+        if attention_mask.shape != hidden.shape[:2]:
+            raise ValueError(
+                f"attention_mask must have shape (B, T) = {shape_str(hidden.shape[:2])} to match "
+                f"hidden {shape_str(hidden.shape)}, got {shape_str(attention_mask.shape)}"
+            )
+        m = (attention_mask != 0).astype(hidden.dtype)  # (B, T)
         summed = np.einsum("btd,bt->bd", hidden, m)  # (B, T, D) -> (B, D)
         counts = np.maximum(m.sum(axis=1, keepdims=True), 1e-9)  # (B, 1)
         mean = summed / counts  # (B, D)
@@ -523,6 +550,11 @@ def load_minilm(dtype=np.float32, *, model_dir: str | Path | None = None) -> Min
     (1, 384)
     """
     dtype = check_dtype(dtype)
+    if model_dir is not None and not Path(model_dir).is_dir():
+        raise ModelFileError(
+            f"model_dir {model_dir} is not a folder (expected one with config.json, "
+            "model.safetensors and tokenizer.json)"
+        )
     model_dir = find_model_dir() if model_dir is None else Path(model_dir)
     config = MiniLMConfig.from_files(model_dir)
     tokenizer = read_tokenizer(model_dir / "tokenizer.json", max_length=config.max_seq_length)
