@@ -46,12 +46,15 @@ def test_benchmark_quick_run_writes_table_json_and_plot(tmp_path):
     assert table.startswith("| implementation | n | time (ms) | GFLOP/s |")
     assert table in proc.stdout  # the table is printed too
     assert len([ln for ln in table.splitlines() if ln.startswith("| ")]) == 1 + 7  # header + rows
-    assert "| only the two matrix products (not attention) | 32 |" in table
-    assert "| the two products and `np.exp` of every score (not attention) | 32 |" in table
+    assert "| `sdpa`, output only | 32 |" in table
+    assert "| two products only \u2020 | 32 |" in table
+    assert "| two products + `np.exp` \u2020 | 32 |" in table
+    assert "`sdpa` = `scaled_dot_product_attention`" in table
 
     table_it = out.with_suffix(".it.md").read_text()
     assert table_it.startswith("| implementazione | n |")
-    assert "| solo i due prodotti di matrici (non è attention) | 32 |" in table_it
+    assert "| solo i due prodotti \u2020 | 32 |" in table_it
+    assert "| `sdpa`, solo output | 32 |" in table_it
 
     svg = out.with_suffix(".svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
