@@ -42,7 +42,7 @@ def figure(lang: str) -> Figure:
     ax_map.set_xlabel(t["dimension"])
     ax_map.set_ylabel(t["position"])
     ax_map.set_title(t["table"].format(MAX_LEN, D_MODEL))
-    fig.colorbar(image, ax=ax_map, label=t["value"])
+    fig.colorbar(image, ax=ax_map, label=r"$PE_{pos,\,i}$")  # next to the right panel's "value"
     positions = np.arange(MAX_LEN)
     for col in COLUMNS:
         ax_cols.plot(positions, pe[:, col], label=t["column"].format(col))
