@@ -13,6 +13,7 @@ import numpy as np
 
 __all__ = [
     "as_float_array",
+    "check_axis",
     "check_bool",
     "check_broadcastable",
     "check_dtype",
@@ -37,6 +38,15 @@ def check_bool(value, name: str) -> bool:
     if not isinstance(value, bool | np.bool_):
         raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
     return bool(value)
+
+
+def check_axis(axis, ndim: int) -> int:
+    """``axis`` as an int in ``[-ndim, ndim)``, else TypeError or ValueError."""
+    if isinstance(axis, bool | np.bool_) or not isinstance(axis, int | np.integer):
+        raise TypeError(f"axis must be an int, got {axis!r} ({type(axis).__name__})")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} is out of range for an array of rank {ndim}")
+    return int(axis)
 
 
 def check_positive_int(value, name: str) -> int:

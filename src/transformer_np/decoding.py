@@ -15,10 +15,19 @@ it, and ``benchmarks/bench_decoding.py`` measures the speed-up.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
-from ._validation import check_rng
+from ._validation import (
+    as_float_array,
+    check_bool,
+    check_finite,
+    check_ndim,
+    check_positive_int,
+    check_rng,
+    shape_str,
+)
 from .attention import _sdpa
 from .model import LanguageModel, Transformer, _check_ids
 
@@ -31,18 +40,43 @@ __all__ = ["KVCache", "generate", "sample_next", "translate"]
 
 
 def _check_sampling(temperature, top_k, vocab_size):
-    try:
-        t = float(temperature)
-    except (TypeError, ValueError):
-        raise TypeError(f"temperature must be a number >= 0, got {temperature!r}") from None
+    if isinstance(temperature, bool | np.bool_) or not isinstance(temperature, numbers.Real):
+        raise TypeError(
+            f"temperature must be a number >= 0 (0 = greedy), got {temperature!r} "
+            f"({type(temperature).__name__})"
+        )
+    t = float(temperature)
     if not (math.isfinite(t) and t >= 0):
         raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {t}")
     if top_k is not None:
-        if isinstance(top_k, bool) or not isinstance(top_k, int | np.integer):
-            raise TypeError(f"top_k must be a positive integer or None, got {top_k!r}")
+        if isinstance(top_k, bool | np.bool_) or not isinstance(top_k, numbers.Integral):
+            raise TypeError(
+                f"top_k must be a positive integer or None, got {top_k!r} ({type(top_k).__name__})"
+            )
         if not 1 <= top_k <= vocab_size:
             raise ValueError(f"top_k must be in [1, vocab_size = {vocab_size}], got {top_k}")
     return t
+
+
+def _check_logits(logits):
+    """``logits`` as a float (B, V) array with V >= 1, no NaN or +inf, no row all -inf."""
+    logits = as_float_array(logits, "logits")
+    check_ndim(logits, "logits", (2,), "a 2-D array of shape (B, V)")
+    if logits.shape[1] == 0:
+        raise ValueError(
+            f"logits has an empty vocabulary axis: shape {shape_str(logits.shape)}; "
+            "expected at least one token score per row (V >= 1)"
+        )
+    # A -inf score is a masked token (probability exactly 0); NaN and +inf are bugs upstream.
+    check_finite(logits, "logits", allow_neg_inf=True)
+    dead = np.isneginf(logits.max(axis=-1)) if logits.size else np.zeros(0, bool)  # (B,)
+    if dead.any():
+        raise ValueError(
+            f"logits has rows where every token is -inf, so no token can be chosen "
+            f"({int(dead.sum())} of {dead.size} rows, first at row {int(np.argmax(dead))}); "
+            "expected at least one finite score per row"
+        )
+    return logits
 
 
 def sample_next(logits, *, temperature=1.0, top_k=None, rng=None):
@@ -50,13 +84,16 @@ def sample_next(logits, *, temperature=1.0, top_k=None, rng=None):
 
     Parameters
     ----------
-    logits : ndarray of shape (B, V)
-        Scores of the next token.
+    logits : float ndarray of shape (B, V), V >= 1
+        Scores of the next token. ``-inf`` masks a token (it is never chosen); NaN, ``+inf``
+        and a row that is ``-inf`` everywhere are rejected with a ValueError.
     temperature : float, default 1.0
         0 means greedy (the arg-max). Otherwise the scores are divided by it before the
-        softmax: below 1 the distribution sharpens, above 1 it flattens.
+        softmax: below 1 the distribution sharpens, above 1 it flattens. A tiny temperature
+        gives the limit, greedy (up to ties between equal maxima).
     top_k : int, optional
-        Sample only among the ``top_k`` highest-scoring tokens (ties at the threshold stay).
+        Sample only among the ``top_k`` highest-scoring tokens (ties at the threshold stay),
+        ``1 <= top_k <= V``. Ignored by greedy decoding, which keeps the best token anyway.
     rng : np.random.Generator or int, optional
         Source of the uniform draws (one per row).
 
@@ -69,6 +106,8 @@ def sample_next(logits, *, temperature=1.0, top_k=None, rng=None):
     .. math:: p_i = \frac{e^{z_i / \tau}}{\sum_{j \in \text{top-}k} e^{z_j / \tau}}
               \quad (i \in \text{top-}k), \qquad p_i = 0 \text{ otherwise}
 
+    The row maximum is subtracted from the scores before they are divided by :math:`\tau`, so
+    the exponents are :math:`\le 0` and nothing overflows, however small :math:`\tau` is.
     A token is drawn by inverse-CDF sampling: the first ``i`` whose cumulative probability
     exceeds a uniform draw ``u``.
 
@@ -81,23 +120,29 @@ def sample_next(logits, *, temperature=1.0, top_k=None, rng=None):
     >>> sample_next(logits, top_k=1, rng=0).tolist()
     [1]
     """
-    logits = np.asarray(logits)
-    if logits.ndim != 2 or logits.dtype.kind != "f":
-        raise ValueError(f"logits must be a float array of shape (B, V), got {logits.shape}")
+    logits = _check_logits(logits)
     t = _check_sampling(temperature, top_k, logits.shape[-1])
     if t == 0:
         return np.argmax(logits, axis=-1).astype(np.int64)
-    z = logits.astype(np.float64) / t  # (B, V)
-    if top_k is not None and top_k < z.shape[-1]:
-        k = z.shape[-1] - top_k
+    z = logits.astype(np.float64)  # (B, V); a fresh array, the caller's logits are not touched
+    V = z.shape[-1]
+    if top_k is not None and top_k < V:
+        k = V - top_k
         kth = np.partition(z, k, axis=-1)[:, k : k + 1]  # the k-th largest score, (B, 1)
-        z = np.where(z < kth, -np.inf, z)
+        z[z < kth] = -np.inf
+    # Subtract the row maximum *before* dividing by the temperature: the exponents are then
+    # <= 0 whatever tau is, and a tiny tau sends every non-maximal score to -inf (probability
+    # 0) instead of overflowing to inf - inf = NaN: the result tends to greedy as tau -> 0.
     z -= z.max(axis=-1, keepdims=True)
-    p = np.exp(z)
+    with np.errstate(over="ignore"):
+        z /= t
+    p = np.exp(z)  # the maximum gives exp(0) = 1, so the total is >= 1; masked tokens give 0
     cdf = np.cumsum(p, axis=-1)  # (B, V), un-normalised
     u = check_rng(rng).random((z.shape[0], 1)) * cdf[:, -1:]  # (B, 1)
-    idx = (cdf <= u).sum(axis=-1)  # first index whose cdf exceeds u
-    return np.minimum(idx, z.shape[-1] - 1).astype(np.int64)
+    # The first index whose cdf exceeds u: since u < cdf[:, -1], its cdf grew there, so its
+    # probability is > 0 and a masked token (p = 0) is never returned.
+    idx = (cdf <= u).sum(axis=-1)
+    return np.minimum(idx, V - 1).astype(np.int64)
 
 
 # --------------------------------------------------------------------------------------------
@@ -212,12 +257,6 @@ def _decoder_step(model: Transformer, ids, cache: KVCache, memory_kv, src_mask):
 # --------------------------------------------------------------------------------------------
 
 
-def _check_count(value, name):
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
 def generate(
     model: LanguageModel,
     prompt,
@@ -230,6 +269,8 @@ def generate(
     keep=None,
 ):
     """Continue ``prompt`` with a :class:`~transformer_np.model.LanguageModel`.
+
+    The model runs in evaluation mode (dropout off) and is left in the mode it was in.
 
     Parameters
     ----------
@@ -248,7 +289,9 @@ def generate(
         The model never reads more than ``config.max_len`` tokens (the positions it was trained
         on). When the context is full, it restarts from its last ``keep`` tokens (default
         ``max_len // 2``), at positions 0 .. keep - 1: with the cache, that is one new prefill.
-        Both paths apply the same rule, so they give the same tokens.
+        Both paths apply the same rule, so they give the same tokens. A model with
+        ``max_len = 1`` has no room for a window that slides (``keep`` must be in
+        ``[1, max_len)``): it can only add one token to a one-token prompt.
 
     Returns
     -------
@@ -271,19 +314,45 @@ def generate(
         raise TypeError(f"model must be a LanguageModel, got {type(model).__name__}")
     cfg = model.config
     prompt = _check_ids(prompt, "prompt", cfg.vocab_size, cfg.max_len)
-    n_new = _check_count(max_new_tokens, "max_new_tokens")
+    n_new = check_positive_int(max_new_tokens, "max_new_tokens")
     _check_sampling(temperature, top_k, cfg.vocab_size)
-    keep = cfg.max_len // 2 if keep is None else keep
-    if (
-        isinstance(keep, bool)
-        or not isinstance(keep, int | np.integer)
-        or not (1 <= keep < cfg.max_len)
-    ):
-        raise ValueError(f"keep must be an integer in [1, max_len = {cfg.max_len}), got {keep!r}")
-    rng = check_rng(rng)
-    model.eval()
-    B, T0 = prompt.shape
+    use_cache = check_bool(use_cache, "use_cache")
+    T0 = prompt.shape[1]
     total = T0 + n_new
+    if keep is None:
+        keep = cfg.max_len // 2
+        # The model reads at most total - 1 tokens (the last one is never fed back): with
+        # max_len = 1 there is no token to keep when the window slides, which only matters
+        # if it has to slide.
+        if keep == 0 and total - 1 > cfg.max_len:
+            raise ValueError(
+                f"the model's max_len = {cfg.max_len} leaves no room for the sliding window: "
+                f"a prompt of {T0} token(s) plus max_new_tokens = {n_new} makes the context "
+                "longer than max_len, and the window then keeps keep in [1, max_len) tokens, "
+                "which needs max_len >= 2 (build the model with a larger max_len)"
+            )
+        keep = max(keep, 1)
+    elif isinstance(keep, bool | np.bool_) or not isinstance(keep, numbers.Integral):
+        raise TypeError(
+            f"keep must be an integer in [1, max_len = {cfg.max_len}) or None, "
+            f"got {keep!r} ({type(keep).__name__})"
+        )
+    elif not 1 <= keep < cfg.max_len:
+        raise ValueError(f"keep must be an integer in [1, max_len = {cfg.max_len}), got {keep}")
+    keep = int(keep)
+    rng = check_rng(rng)
+    was_training = model.training
+    model.eval()
+    try:
+        return _generate(model, prompt, total, temperature, top_k, rng, use_cache, keep)
+    finally:
+        model.train(was_training)
+
+
+def _generate(model, prompt, total, temperature, top_k, rng, use_cache, keep):
+    """The loop of :func:`generate`, on checked arguments, with the model in eval mode."""
+    cfg = model.config
+    B, T0 = prompt.shape
     out = np.zeros((B, total), dtype=np.int64)
     out[:, :T0] = prompt
     start = 0  # the model reads out[:, start:t]
@@ -324,6 +393,8 @@ def translate(
     use_cache=True,
 ):
     """Generate target sequences for ``src`` with an encoder-decoder :class:`Transformer`.
+
+    The model runs in evaluation mode (dropout off) and is left in the mode it was in.
 
     Parameters
     ----------
@@ -366,20 +437,37 @@ def translate(
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
     cfg = model.config
-    n_new = _check_count(max_len, "max_len")
+    n_new = check_positive_int(max_len, "max_len")
     if n_new > cfg.max_len:  # the decoder reads BOS + the first max_len - 1 tokens
         raise ValueError(
             f"max_len = {n_new} is longer than the positional table "
             f"(config.max_len = {cfg.max_len})"
         )
-    for name, tok in (("bos_id", bos_id), ("eos_id", eos_id)):
-        if tok is not None and not (
-            isinstance(tok, int | np.integer) and 0 <= tok < cfg.tgt_vocab_size
-        ):
-            raise ValueError(f"{name} must be a token id in [0, {cfg.tgt_vocab_size}), got {tok}")
-    _check_sampling(temperature, top_k, cfg.tgt_vocab_size)
+    V = cfg.tgt_vocab_size
+    for name, tok, eos in (("bos_id", bos_id, False), ("eos_id", eos_id, True)):
+        if tok is None and eos:
+            continue
+        if isinstance(tok, bool | np.bool_) or not isinstance(tok, numbers.Integral):
+            expected = f"a token id (an integer in [0, {V}))" + (" or None" if eos else "")
+            raise TypeError(f"{name} must be {expected}, got {tok!r} ({type(tok).__name__})")
+        if not 0 <= tok < V:
+            raise ValueError(f"{name} must be a token id in [0, {V}), got {tok}")
+    bos_id = int(bos_id)
+    eos_id = None if eos_id is None else int(eos_id)
+    _check_sampling(temperature, top_k, V)
+    use_cache = check_bool(use_cache, "use_cache")
     rng = check_rng(rng)
+    was_training = model.training
     model.eval()
+    try:
+        return _translate(model, src, n_new, bos_id, eos_id, temperature, top_k, rng, use_cache)
+    finally:
+        model.train(was_training)
+
+
+def _translate(model, src, n_new, bos_id, eos_id, temperature, top_k, rng, use_cache):
+    """The loop of :func:`translate`, on checked arguments, with the model in eval mode."""
+    cfg = model.config
     memory = model.encode(src)  # (B, S, D), validates src
     src_mask = model._src_mask
     B = memory.shape[0]

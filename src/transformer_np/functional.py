@@ -19,6 +19,7 @@ import numpy as np
 from ._parallel import num_threads, parallel_for, split_range
 from ._validation import (
     as_float_array,
+    check_axis,
     check_finite,
     check_positive_float,
     check_positive_int,
@@ -81,7 +82,7 @@ def softmax(x, axis=-1):
     x = as_float_array(x, "x")
     if x.ndim == 0:
         raise ValueError("x must have at least one axis, got a 0-d array")
-    axis = _check_axis(axis, x.ndim)
+    axis = check_axis(axis, x.ndim)
     if x.shape[axis] == 0:
         raise ValueError(
             f"x has no values along axis {axis} (shape {shape_str(x.shape)}): a softmax needs "
@@ -133,14 +134,6 @@ def softmax_inplace(
     if normalise:
         s /= total
     return total
-
-
-def _check_axis(axis, ndim: int) -> int:
-    if isinstance(axis, bool) or not isinstance(axis, int | np.integer):
-        raise TypeError(f"axis must be an int, got {type(axis).__name__}")
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"axis {axis} is out of range for an array of rank {ndim}")
-    return int(axis)
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,7 +6,11 @@ overflows, and its gradient has the famous closed form ``softmax(z) - q``.
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
+
+from ._validation import as_float_array, check_axis, check_finite, shape_str
 
 __all__ = ["cross_entropy", "CrossEntropyLoss", "log_softmax"]
 
@@ -16,15 +20,17 @@ def log_softmax(x, axis=-1):
 
     Parameters
     ----------
-    x : ndarray of shape (..., V)
-        Logits.
+    x : float ndarray of shape (..., V), V >= 1
+        Logits. ``-inf`` is allowed (a masked class: its log-probability is ``-inf``); NaN and
+        ``+inf`` are rejected.
     axis : int
         The axis holding the classes.
 
     Returns
     -------
     ndarray of shape (..., V)
-        ``x - logsumexp(x)`` along ``axis``.
+        ``x - logsumexp(x)`` along ``axis``. A slice that is ``-inf`` everywhere stays
+        ``-inf`` everywhere (the log of the all-zero :func:`~transformer_np.softmax`), never NaN.
 
     Notes
     -----
@@ -37,11 +43,61 @@ def log_softmax(x, axis=-1):
     >>> np.exp(log_softmax(np.array([1.0, 2.0, 3.0]))).sum().round(6)
     np.float64(1.0)
     """
-    shifted = x - x.max(axis=axis, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    x = as_float_array(x, "x")
+    if x.ndim == 0:
+        raise ValueError("x must have at least one axis, got a 0-d array")
+    axis = check_axis(axis, x.ndim)
+    if x.shape[axis] == 0:
+        raise ValueError(
+            f"x has no values along axis {axis} (shape {shape_str(x.shape)}): a log-softmax "
+            "needs at least one class"
+        )
+    check_finite(x, "x", allow_neg_inf=True)
+    return _log_softmax(x, axis)
+
+
+def _log_softmax(x, axis=-1):
+    """:func:`log_softmax` without input checks (``x`` float, no NaN or +inf, axis not empty)."""
+    m = x.max(axis=axis, keepdims=True)
+    np.copyto(m, 0, where=np.isneginf(m))  # an all -inf slice: -inf - 0, not -inf - -inf = NaN
+    shifted = x - m
+    total = np.exp(shifted).sum(axis=axis, keepdims=True)
+    total[total == 0] = 1  # only an all -inf slice sums to 0: log 1 = 0 keeps it -inf
+    return shifted - np.log(total)
+
+
+def _check_ignore_index(ignore_index):
+    if ignore_index is not None and (
+        isinstance(ignore_index, bool | np.bool_) or not isinstance(ignore_index, numbers.Integral)
+    ):
+        raise TypeError(
+            "ignore_index must be an int (the target id of the rows to skip) or None, "
+            f"got {ignore_index!r} ({type(ignore_index).__name__})"
+        )
+    return None if ignore_index is None else int(ignore_index)
+
+
+def _check_label_smoothing(label_smoothing):
+    if isinstance(label_smoothing, bool | np.bool_) or not isinstance(
+        label_smoothing, numbers.Real
+    ):
+        raise TypeError(
+            "label_smoothing must be a real number in [0, 1), "
+            f"got {label_smoothing!r} ({type(label_smoothing).__name__})"
+        )
+    eps = float(label_smoothing)
+    if not 0.0 <= eps < 1.0:  # also rejects NaN
+        raise ValueError(f"label_smoothing must be in [0, 1), got {eps}")
+    return eps
+
+
+def _first_index(mask):
+    return tuple(int(i) for i in np.argwhere(mask)[0])
 
 
 def _check_inputs(logits, targets, ignore_index, label_smoothing):
+    ignore_index = _check_ignore_index(ignore_index)
+    label_smoothing = _check_label_smoothing(label_smoothing)
     logits = np.asarray(logits)
     targets = np.asarray(targets)
     if not np.issubdtype(logits.dtype, np.floating):
@@ -53,9 +109,12 @@ def _check_inputs(logits, targets, ignore_index, label_smoothing):
             "logits must have shape targets.shape + (V,), "
             f"got logits {logits.shape} and targets {targets.shape}"
         )
-    if not 0.0 <= label_smoothing < 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
     V = logits.shape[-1]
+    if V == 0:
+        raise ValueError(
+            f"logits has an empty class axis: shape {shape_str(logits.shape)}; "
+            "expected at least one class score per row (V >= 1)"
+        )
     valid = np.ones(targets.shape, dtype=bool) if ignore_index is None else targets != ignore_index
     bad = valid & ((targets < 0) | (targets >= V))
     if bad.any():
@@ -63,9 +122,45 @@ def _check_inputs(logits, targets, ignore_index, label_smoothing):
             f"targets must be class ids in [0, {V}) (or ignore_index={ignore_index}), "
             f"got {targets[bad].ravel()[:5].tolist()}"
         )
-    if not np.isfinite(logits).all():
-        raise ValueError("logits contain NaN or inf")
-    return logits, targets, valid
+    _check_logit_values(logits, targets, valid, label_smoothing)
+    return logits, targets, valid, label_smoothing
+
+
+def _check_logit_values(logits, targets, valid, label_smoothing):
+    """Reject NaN and +inf; allow -inf (a masked class) where the loss stays finite."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = np.add.reduce(logits, axis=None)
+    if np.isfinite(total):  # fast path: no NaN and no inf anywhere
+        return
+    nan, posinf = np.isnan(logits), np.isposinf(logits)
+    if nan.any() or posinf.any():
+        bad = nan | posinf
+        raise ValueError(
+            f"logits contain NaN or inf ({int(nan.sum())} NaN and {int(posinf.sum())} +inf "
+            f"of {logits.size} values, first at index {_first_index(bad)}); expected finite "
+            "values (-inf is allowed: it masks a class)"
+        )
+    neginf = np.isneginf(logits) & valid[..., None]  # -inf on the rows that count
+    if not neginf.any():
+        return
+    # A masked class has probability 0, log-probability -inf: the loss is infinite if the
+    # target distribution puts any mass on it.
+    at_target = np.take_along_axis(logits, np.where(valid, targets, 0)[..., None], axis=-1)
+    hit = valid & np.isneginf(at_target[..., 0])
+    if hit.any():
+        raise ValueError(
+            f"logits are -inf at the target class on {int(hit.sum())} row(s) (first at row "
+            f"index {_first_index(hit)}): a masked class cannot be the target, the loss would "
+            "be infinite; mask only classes that are never the target, or set those targets "
+            "to ignore_index"
+        )
+    if label_smoothing:
+        raise ValueError(
+            f"label_smoothing = {label_smoothing} puts probability label_smoothing / V on every "
+            f"class, but logits has -inf (masked classes) on {int(neginf.sum())} value(s) of "
+            f"rows that count (first at index {_first_index(neginf)}): the loss would be "
+            "infinite; use label_smoothing=0 with masked logits"
+        )
 
 
 def cross_entropy(logits, targets, *, ignore_index=None, label_smoothing=0.0):
@@ -73,8 +168,12 @@ def cross_entropy(logits, targets, *, ignore_index=None, label_smoothing=0.0):
 
     Parameters
     ----------
-    logits : ndarray of shape (..., V)
-        Unnormalised scores, one row per predicted token.
+    logits : float ndarray of shape (..., V)
+        Unnormalised scores, one row per predicted token. NaN and ``+inf`` are rejected.
+        ``-inf`` masks a class (probability 0, gradient 0) and is allowed where the loss stays
+        finite: never at the target class of a counted row, and only with
+        ``label_smoothing=0`` (smoothing puts mass on every class); otherwise a ValueError
+        says where.
     targets : ndarray of int, shape (...)
         The correct class of every row, in ``[0, V)``; rows equal to ``ignore_index`` are skipped.
     ignore_index : int or None
@@ -112,7 +211,9 @@ def cross_entropy(logits, targets, *, ignore_index=None, label_smoothing=0.0):
     >>> round(loss, 4), grad[1].tolist()
     (0.2395, [0.0, 0.0, 0.0])
     """
-    logits, targets, valid = _check_inputs(logits, targets, ignore_index, label_smoothing)
+    logits, targets, valid, label_smoothing = _check_inputs(
+        logits, targets, ignore_index, label_smoothing
+    )
     V = logits.shape[-1]
     z = logits.reshape(-1, V)  # (..., V) -> (N_all, V)
     y = targets.reshape(-1)
@@ -123,7 +224,7 @@ def cross_entropy(logits, targets, *, ignore_index=None, label_smoothing=0.0):
     everything = n == y.size
     rows = slice(None) if everything else np.nonzero(ok)[0]
     yk = y[rows]  # (N,)
-    logp = log_softmax(z[rows])  # (N, V)
+    logp = _log_softmax(z[rows])  # (N, V)
     nll = -logp[np.arange(n), yk]  # (N,)
     if label_smoothing:
         smooth = -logp.mean(axis=-1)  # (N,)
@@ -165,10 +266,8 @@ class CrossEntropyLoss:
     """
 
     def __init__(self, ignore_index=None, label_smoothing=0.0):
-        if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
-        self.ignore_index = ignore_index
-        self.label_smoothing = label_smoothing
+        self.ignore_index = _check_ignore_index(ignore_index)
+        self.label_smoothing = _check_label_smoothing(label_smoothing)
         self._grad = None
 
     def forward(self, logits, targets):
@@ -184,7 +283,19 @@ class CrossEntropyLoss:
     __call__ = forward
 
     def backward(self, grad_output=1.0):
-        """d(grad_output * loss) / d logits, shape (..., V)."""
+        """d(grad_output * loss) / d logits, shape (..., V).
+
+        ``grad_output`` is the gradient of the final objective with respect to the (scalar)
+        loss: a finite real number, 1.0 when the loss is the objective itself.
+        """
+        if isinstance(grad_output, bool | np.bool_) or not isinstance(grad_output, numbers.Real):
+            raise TypeError(
+                "grad_output must be a finite real number (the gradient with respect to the "
+                f"scalar loss), got {grad_output!r} ({type(grad_output).__name__})"
+            )
+        g = float(grad_output)
+        if not np.isfinite(g):
+            raise ValueError(f"grad_output must be a finite real number, got {g}")
         if self._grad is None:
             raise RuntimeError("CrossEntropyLoss.backward called before forward")
-        return self._grad * grad_output if grad_output != 1.0 else self._grad
+        return self._grad * g if g != 1.0 else self._grad
