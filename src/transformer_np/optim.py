@@ -8,20 +8,56 @@ place, so every layer that holds them sees the new values.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from ._validation import check_finite, shape_str
+
 __all__ = ["Adam", "NoamSchedule", "noam_lr", "clip_grad_norm", "global_norm"]
 
 
-def _check_positive(name, value):
-    try:
-        ok = float(value) > 0 and math.isfinite(float(value))
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+def _type_name(value) -> str:
+    return type(value).__name__
+
+
+def _real_scalar(value):
+    """``value`` as a Python float if it is a real number (0-d real arrays too), else None.
+
+    ``bool`` and strings are not numbers here: ``lr="0.1"`` or ``eps=True`` are caller bugs.
+    """
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "fiu":
+        return float(value)
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
+
+
+def _check_positive(name, value, hint=""):
+    """Return ``value`` as a float if it is a real number > 0 and finite, else ValueError.
+
+    The optimiser's hyperparameters have always raised ValueError (also for a string or None),
+    and the message shows the type so that ``"0.1"`` and ``0.1`` are told apart.
+    """
+    number = _real_scalar(value)
+    if number is None or not math.isfinite(number) or number <= 0:
+        raise ValueError(
+            f"{name} must be a positive finite number{hint}, got {value!r} ({_type_name(value)})"
+        )
+    return number
+
+
+def _check_step(step) -> int:
+    """Return ``step`` as an int if it is an integer >= 1 (NumPy integers too), else raise."""
+    if isinstance(step, bool | np.bool_) or not isinstance(step, numbers.Integral):
+        raise ValueError(
+            "step must be a positive integer (optimiser steps are counted from 1), "
+            f"got {step!r} ({_type_name(step)})"
+        )
+    if step < 1:
+        raise ValueError(f"step must be >= 1 (steps are counted from 1), got {step}")
+    return int(step)
 
 
 def noam_lr(step, d_model, warmup_steps=4000, factor=1.0):
@@ -50,16 +86,22 @@ def noam_lr(step, d_model, warmup_steps=4000, factor=1.0):
     It grows linearly for ``warmup_steps`` steps, peaks at
     ``factor / sqrt(d_model * warmup_steps)``, then decays like ``1 / sqrt(step)``.
 
+    Raises
+    ------
+    ValueError
+        If ``step`` is not an integer >= 1 (a float, a bool or a string is refused: the schedule
+        is evaluated at the optimiser's step count), or if ``d_model``, ``warmup_steps`` or
+        ``factor`` is not a positive finite number.
+
     Examples
     --------
     >>> round(noam_lr(4000, d_model=512), 6)
     0.000699
     """
-    if int(step) < 1:
-        raise ValueError(f"step must be >= 1 (steps are counted from 1), got {step}")
-    _check_positive("d_model", d_model)
-    _check_positive("warmup_steps", warmup_steps)
-    _check_positive("factor", factor)
+    step = _check_step(step)
+    d_model = _check_positive("d_model", d_model)
+    warmup_steps = _check_positive("warmup_steps", warmup_steps)
+    factor = _check_positive("factor", factor)
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
@@ -74,6 +116,7 @@ class NoamSchedule:
     """
 
     def __init__(self, d_model, warmup_steps=4000, factor=1.0):
+        # checked here, so that a bad value fails at construction and not at the first step
         _check_positive("d_model", d_model)
         _check_positive("warmup_steps", warmup_steps)
         _check_positive("factor", factor)
@@ -91,11 +134,51 @@ class NoamSchedule:
         )
 
 
+def _grad_arrays(grads, name="grads", *, in_place=False):
+    """Check a dict of gradients and return it as ``{key: ndarray}`` (no copy of ndarrays).
+
+    Every value must be a real numeric array. With ``in_place`` (the arrays will be modified)
+    each must already be a floating-point ndarray: a list or an integer array cannot be scaled
+    in place. Nothing is modified here.
+    """
+    if not isinstance(grads, Mapping):
+        raise TypeError(
+            f"{name} must be a dict name -> ndarray (as model.gradients() returns), "
+            f"got {_type_name(grads)}"
+        )
+    arrays = {}
+    for key, g in grads.items():
+        what = f"{name}[{key!r}]"
+        if in_place:
+            if not isinstance(g, np.ndarray) or g.dtype.kind != "f":
+                got = f"dtype {g.dtype}" if isinstance(g, np.ndarray) else _type_name(g)
+                raise TypeError(
+                    f"{what} must be a floating-point ndarray (it is scaled in place), got {got}"
+                )
+        else:
+            try:
+                g = np.asarray(g)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(
+                    f"{what} must be an array of real numbers, got {_type_name(g)}"
+                ) from exc
+            if g.dtype.kind not in "fiu":
+                raise TypeError(f"{what} must be an array of real numbers, got dtype {g.dtype}")
+        arrays[key] = g
+    return arrays
+
+
 def global_norm(grads):
-    """Euclidean norm of all gradients taken together, ``sqrt(sum_k ||g_k||^2)``."""
+    """Euclidean norm of all gradients taken together, ``sqrt(sum_k ||g_k||^2)``.
+
+    ``grads`` is a dict of real numeric arrays (integer arrays are summed in float64). NaN or
+    inf in a gradient gives a NaN or inf norm.
+    """
     total = 0.0
-    for g in grads.values():
+    for g in _grad_arrays(grads).values():
         flat = g.reshape(-1)
+        if flat.dtype.kind != "f":
+            flat = flat.astype(np.float64)  # an integer dot product would overflow silently
         total += float(np.dot(flat, flat))
     return math.sqrt(total)
 
@@ -106,14 +189,23 @@ def clip_grad_norm(grads, max_norm):
     Parameters
     ----------
     grads : dict of str to ndarray
-        Gradients, modified in place.
+        Gradients, modified in place (so floating-point ndarrays).
     max_norm : float
         Largest allowed global norm (positive).
 
     Returns
     -------
     float
-        The global norm *before* clipping (useful to log; NaN or inf means the step diverged).
+        The global norm *before* clipping (useful to log; NaN or inf means the step diverged,
+        and then the gradients are left as they are).
+
+    Raises
+    ------
+    TypeError
+        If ``grads`` is not a dict of floating-point ndarrays (a list or an integer array cannot
+        be scaled in place). Nothing is modified.
+    ValueError
+        If ``max_norm`` is not a positive finite number.
 
     Notes
     -----
@@ -128,11 +220,12 @@ def clip_grad_norm(grads, max_norm):
     >>> clip_grad_norm(g, 1.0), g["w"].round(3).tolist()
     (5.0, [0.6, 0.8])
     """
-    _check_positive("max_norm", max_norm)
-    norm = global_norm(grads)
+    max_norm = _check_positive("max_norm", max_norm)
+    arrays = _grad_arrays(grads, in_place=True)
+    norm = global_norm(arrays)
     if math.isfinite(norm) and norm > max_norm:
         scale = max_norm / (norm + 1e-6)
-        for g in grads.values():
+        for g in arrays.values():
             g *= scale
     return norm
 
@@ -146,13 +239,24 @@ class Adam:
         The arrays to optimise (floating point). They are modified in place; the optimiser
         keeps references to these arrays, as ``torch.optim`` does.
     lr : float or callable
-        Learning rate, or a schedule ``step -> lr`` (e.g. :class:`NoamSchedule`), step from 1.
+        Learning rate (a positive finite number), or a schedule ``step -> lr`` (e.g.
+        :class:`NoamSchedule`), step from 1, whose values are checked when they are used.
     betas : tuple of float
-        Decay rates of the first and second moment; the paper uses ``(0.9, 0.98)``.
+        Decay rates of the first and second moment, a pair of numbers in ``[0, 1)``; the paper
+        uses ``(0.9, 0.98)``.
     eps : float
-        Added to the root of the second moment; the paper uses ``1e-9``.
+        Added to the root of the second moment (positive, finite); the paper uses ``1e-9``.
     weight_decay : float
-        Decoupled weight decay (AdamW style), 0 by default.
+        Decoupled weight decay (AdamW style), finite and >= 0, 0 by default.
+
+    Raises
+    ------
+    TypeError
+        If ``params`` is not a non-empty dict of floating-point ndarrays, or ``betas`` is not a
+        pair.
+    ValueError
+        If ``lr``, ``betas``, ``eps`` or ``weight_decay`` is out of range, NaN, infinite or not
+        a number (a string such as ``"0.1"`` included).
 
     Notes
     -----
@@ -185,18 +289,20 @@ class Adam:
             if not isinstance(p, np.ndarray) or not np.issubdtype(p.dtype, np.floating):
                 raise TypeError(f"parameter {name!r} must be a floating-point ndarray")
         if not callable(lr):
-            _check_positive("lr", lr)
-        b1, b2 = betas
-        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
-            raise ValueError(f"betas must be in [0, 1), got {betas}")
-        _check_positive("eps", eps)
-        if weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+            _check_positive("lr", lr, " (or a schedule step -> lr)")
+        b1, b2 = self._check_betas(betas)
+        eps = _check_positive("eps", eps)
+        wd = _real_scalar(weight_decay)
+        if wd is None or not math.isfinite(wd) or wd < 0:
+            raise ValueError(
+                "weight_decay must be a finite number >= 0 (0 turns it off), "
+                f"got {weight_decay!r} ({_type_name(weight_decay)})"
+            )
         self.params = params
         self.lr = lr
-        self.betas = (float(b1), float(b2))
-        self.eps = float(eps)
-        self.weight_decay = float(weight_decay)
+        self.betas = (b1, b2)
+        self.eps = eps
+        self.weight_decay = wd
         self.t = 0
         self._names = list(params)
         # The arrays themselves, looked up once (they are updated in place): assigning a new
@@ -211,30 +317,145 @@ class Adam:
         self.v = np.zeros(n, dtype=self.dtype)
         self._tmp = np.empty(n, dtype=self.dtype)
 
-    def current_lr(self, step=None):
-        """The learning rate used at ``step`` (default: the next step)."""
-        step = self.t + 1 if step is None else step
-        lr = self.lr(step) if callable(self.lr) else self.lr
-        _check_positive("lr", lr)
-        return float(lr)
+    @staticmethod
+    def _check_betas(betas):
+        if (
+            isinstance(betas, str)
+            or not hasattr(betas, "__len__")
+            or not hasattr(betas, "__getitem__")
+        ):
+            raise TypeError(
+                f"betas must be a pair (beta1, beta2) of numbers in [0, 1), "
+                f"got {betas!r} ({_type_name(betas)})"
+            )
+        if len(betas) != 2:
+            raise ValueError(
+                f"betas must be a pair (beta1, beta2) of numbers in [0, 1), "
+                f"got {betas!r} (of length {len(betas)})"
+            )
+        out = []
+        for i, b in enumerate(betas):
+            number = _real_scalar(b)
+            if number is None or not 0.0 <= number < 1.0:  # NaN fails the comparison too
+                raise ValueError(
+                    f"betas[{i}] must be a number in [0, 1), got {b!r} ({_type_name(b)})"
+                )
+            out.append(number)
+        return tuple(out)
 
-    def step(self, grads: Mapping[str, np.ndarray], lr: float | Callable | None = None):
-        """Apply one update with ``grads`` (same keys and shapes as ``params``)."""
+    def current_lr(self, step=None):
+        """The learning rate used at ``step`` (default: the next step).
+
+        ValueError if a schedule returns something other than a positive finite number.
+        """
+        step = self.t + 1 if step is None else _check_step(step)
+        if not callable(self.lr):
+            return _check_positive("lr", self.lr)
+        lr = self.lr(step)
+        return _check_positive("lr", lr, f" (returned by the schedule {self.lr!r} at step {step})")
+
+    def _not_holding(self, params) -> str | None:
+        """Why ``params`` are not the arrays this optimiser updates; None if they are.
+
+        Compares identities, not values: an optimiser built on another model (or on copies of
+        the arrays) would train arrays that nobody reads.
+        """
+        if not isinstance(params, Mapping):
+            return f"the parameters must be a dict name -> ndarray, got {_type_name(params)}"
+        if set(params) != set(self._names):
+            missing = sorted(set(params) - set(self._names))
+            extra = sorted(set(self._names) - set(params))
+            return (
+                f"the optimiser holds other parameter names (the model's {missing[:3]} are "
+                f"missing, {extra[:3]} are not the model's)"
+            )
+        foreign = [k for k, a in zip(self._names, self._arrays, strict=True) if params[k] is not a]
+        if foreign:
+            return (
+                f"{len(foreign)} of {len(self._names)} arrays (first {foreign[0]!r}) are not the "
+                "model's own arrays, so the update would not reach the model"
+            )
+        return None
+
+    def _check_grads(self, grads) -> np.ndarray:
+        """Check ``grads`` and return them as one flat vector of ``self.dtype`` (a new array).
+
+        Keys, exact shapes, real numeric dtypes and finiteness are all checked here, before
+        the optimiser or any parameter is touched.
+        """
+        if not isinstance(grads, Mapping):
+            raise TypeError(
+                f"grads must be a dict name -> ndarray with the keys of params, "
+                f"got {_type_name(grads)}"
+            )
         if set(grads) != set(self._names):
             missing = sorted(set(self._names) - set(grads))
             extra = sorted(set(grads) - set(self._names))
             raise ValueError(
                 f"grads must have the keys of params; missing {missing}, extra {extra}"
             )
-        lr = self.current_lr() if lr is None else lr
-        _check_positive("lr", lr)
+        arrays = _grad_arrays(grads)
+        for k, p in zip(self._names, self._arrays, strict=True):
+            if arrays[k].shape != p.shape:
+                raise ValueError(
+                    f"grads[{k!r}] must have the shape of params[{k!r}], {shape_str(p.shape)}, "
+                    f"got {shape_str(arrays[k].shape)}"
+                )
+        with np.errstate(over="ignore", invalid="ignore"):  # reported just below
+            g = np.concatenate([arrays[k].reshape(-1) for k in self._names], dtype=self.dtype)
+            total = np.add.reduce(g)
+        if not math.isfinite(total):
+            bad = np.flatnonzero(~np.isfinite(g))
+            if bad.size:
+                i = int(np.searchsorted(self._offsets, bad[0], side="right")) - 1
+                k = self._names[i]
+                try:
+                    check_finite(arrays[k], f"grads[{k!r}]")
+                    reason = (
+                        f"grads[{k!r}] overflows {self.dtype} (values beyond its range); "
+                        "expected finite values"
+                    )
+                except ValueError as exc:
+                    reason = str(exc)
+                raise FloatingPointError(
+                    f"{reason}: the step is refused and neither the parameters nor the "
+                    "optimiser state were changed"
+                )
+        return g
+
+    def step(self, grads: Mapping[str, np.ndarray], lr: float | Callable | None = None):
+        """Apply one update with ``grads`` (same keys and shapes as ``params``).
+
+        Parameters
+        ----------
+        grads : dict of str to ndarray
+            One real numeric array per parameter, of exactly its shape.
+        lr : float or callable, optional
+            Learning rate of this step only, or a schedule evaluated at this step; default the
+            optimiser's own ``lr``.
+
+        Raises
+        ------
+        TypeError, ValueError
+            If ``grads`` has other keys, shapes or a non-numeric dtype, or ``lr`` is not a
+            positive finite number.
+        FloatingPointError
+            If a gradient holds NaN or inf (the message names it).
+
+        On any error nothing changes: the checks all run before the step count, the moments
+        or the parameters are touched.
+        """
+        g = self._check_grads(grads)
+        if lr is None:
+            lr = self.current_lr()
+        elif callable(lr):
+            lr = _check_positive(
+                "lr", lr(self.t + 1), f" (returned by the schedule {lr!r} at step {self.t + 1})"
+            )
+        else:
+            lr = _check_positive("lr", lr, " (or a schedule step -> lr)")
         self.t += 1
         b1, b2 = self.betas
-        g = np.concatenate(
-            [np.asarray(grads[k], dtype=self.dtype).reshape(-1) for k in self._names]
-        )
-        if g.size != self.m.size:
-            raise ValueError("grads must have the same shapes as params")
         m, v, tmp = self.m, self.v, self._tmp
         m *= b1
         m += (1.0 - b1) * g
@@ -260,9 +481,56 @@ class Adam:
         return {"m": self.m.copy(), "v": self.v.copy(), "t": np.array(self.t)}
 
     def load_state_dict(self, state):
-        """Restore what :meth:`state_dict` returned."""
-        if state["m"].shape != self.m.shape or state["v"].shape != self.v.shape:
-            raise ValueError("optimizer state does not match the parameters")
-        self.m[...] = state["m"]
-        self.v[...] = state["v"]
-        self.t = int(state["t"])
+        """Restore what :meth:`state_dict` returned.
+
+        ``state`` must have exactly the keys ``m``, ``v`` (flat real arrays with one value per
+        scalar parameter, all finite, ``v >= 0``) and ``t`` (an integer >= 0). Everything is
+        checked before anything is copied: on an error (ValueError or TypeError) the optimiser
+        is left as it was.
+        """
+        if not isinstance(state, Mapping):
+            raise TypeError(
+                f"state must be a dict with keys 'm', 'v' and 't' (what state_dict() returns), "
+                f"got {_type_name(state)}"
+            )
+        missing = sorted({"m", "v", "t"} - set(state))
+        extra = sorted(set(state) - {"m", "v", "t"}, key=str)
+        if missing or extra:
+            raise ValueError(
+                f"state must have exactly the keys ['m', 't', 'v'] of state_dict(); "
+                f"missing {missing}, unexpected {extra}"
+            )
+        n = self.m.size
+        new = {}
+        for key in ("m", "v"):
+            what = f"state[{key!r}]"
+            value = state[key]
+            try:
+                arr = np.asarray(value)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"{what} must be an array of real numbers") from exc
+            if arr.dtype.kind not in "fiu":
+                raise TypeError(f"{what} must be an array of real numbers, got dtype {arr.dtype}")
+            if arr.shape != (n,):
+                raise ValueError(
+                    f"{what} must have shape ({n},) (one value per scalar parameter, "
+                    f"{len(self._names)} parameters), got {shape_str(arr.shape)}: the state "
+                    "belongs to an optimiser of other parameters"
+                )
+            with np.errstate(over="ignore"):
+                arr = arr.astype(self.dtype)  # a copy: nothing is shared with the caller
+            check_finite(arr, what)
+            new[key] = arr
+        if (new["v"] < 0).any():
+            raise ValueError("state['v'] must be >= 0 (it is a mean of squared gradients)")
+        t = state["t"]
+        if isinstance(t, np.ndarray) and t.ndim == 0:
+            t = t[()]
+        if isinstance(t, bool | np.bool_) or not isinstance(t, numbers.Integral) or t < 0:
+            raise ValueError(
+                f"state['t'] must be an integer >= 0 (the number of steps taken), "
+                f"got {state['t']!r} ({_type_name(state['t'])})"
+            )
+        self.m[...] = new["m"]
+        self.v[...] = new["v"]
+        self.t = int(t)

@@ -205,7 +205,7 @@ def main(argv=None):
             "sample_step": np.array([step for step, _ in samples], dtype=np.int64),
             "sample_text": np.array([text for _, text in samples]),
         }
-        save_model(args.save, model, extra=extra)
+        save_model(args.save, model, extra=extra, overwrite=True)
         print(f"saved to {args.save}")
     return 0
 

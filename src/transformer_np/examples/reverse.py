@@ -278,7 +278,7 @@ def main(argv=None):
     )
     print(f"held-out exact match: {100 * history['heldout_accuracy']:.2f}% of {len(src)} sequences")
     if args.save:
-        save_model(args.save, model, extra=history_arrays(history))
+        save_model(args.save, model, extra=history_arrays(history), overwrite=True)
         print(f"saved to {args.save}")
     return 0 if args.quick or history["heldout_accuracy"] >= 0.99 else 1
 
