@@ -13,6 +13,7 @@ import numpy as np
 
 __all__ = [
     "as_float_array",
+    "as_typed_array",
     "check_axis",
     "check_bool",
     "check_broadcastable",
@@ -111,6 +112,20 @@ def as_float_array(x, name: str) -> np.ndarray:
             f"{name} must be a floating-point array (float16, float32 or float64), "
             f"got dtype {arr.dtype}" + (hint if arr.dtype.kind in "iub" else "")
         )
+    return arr
+
+
+def as_typed_array(x, name: str, kinds: str, expected: str) -> np.ndarray:
+    """``x`` as an ndarray whose dtype kind is in ``kinds`` (e.g. ``"iu"``), else TypeError.
+
+    ``expected`` completes the message "<name> must be <expected>, got ...".
+    """
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be {expected}, got {type(x).__name__}") from exc
+    if arr.dtype.kind not in kinds:
+        raise TypeError(f"{name} must be {expected}, got dtype {arr.dtype}")
     return arr
 
 

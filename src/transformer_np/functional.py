@@ -79,19 +79,29 @@ def softmax(x, axis=-1):
     >>> bool(np.isclose(p.sum(), 1.0))
     True
     """
+    x, axis = check_softmax_input(x, axis, "a softmax")
+    out = x.astype(compute_dtype(x.dtype), copy=True)
+    softmax_inplace(out, axis)
+    return out.astype(x.dtype, copy=False)
+
+
+def check_softmax_input(x, axis, what: str) -> tuple[np.ndarray, int]:
+    """``(x, axis)`` checked for ``what`` (a softmax or a log-softmax) along ``axis``.
+
+    ``x`` must be a float array with at least one value along ``axis``, without NaN or +inf
+    (-inf is a masked entry: its weight is 0).
+    """
     x = as_float_array(x, "x")
     if x.ndim == 0:
         raise ValueError("x must have at least one axis, got a 0-d array")
     axis = check_axis(axis, x.ndim)
     if x.shape[axis] == 0:
         raise ValueError(
-            f"x has no values along axis {axis} (shape {shape_str(x.shape)}): a softmax needs "
+            f"x has no values along axis {axis} (shape {shape_str(x.shape)}): {what} needs "
             "at least one"
         )
     check_finite(x, "x", allow_neg_inf=True)
-    out = x.astype(compute_dtype(x.dtype), copy=True)
-    softmax_inplace(out, axis)
-    return out.astype(x.dtype, copy=False)
+    return x, axis
 
 
 def softmax_inplace(

@@ -18,6 +18,7 @@ import numpy as np
 
 from ._validation import (
     as_float_array,
+    as_typed_array,
     check_bool,
     check_dtype,
     check_finite,
@@ -582,14 +583,7 @@ class Embedding:
     def __call__(self, ids):
         """Look up ``ids`` (integer array of any shape); returns shape ids.shape + (D,)."""
         _check_param_shapes(self.params, {"W": (self.vocab_size, self.d_model)}, "Embedding")
-        try:
-            ids = np.asarray(ids)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(
-                f"ids must be an array of integer token ids, got {type(ids).__name__}"
-            ) from exc
-        if ids.dtype.kind not in "iu":
-            raise TypeError(f"ids must be an array of integer token ids, got dtype {ids.dtype}")
+        ids = as_typed_array(ids, "ids", "iu", "an array of integer token ids")
         if ids.size:
             lo, hi = int(ids.min()), int(ids.max())
             if lo < 0 or hi >= self.vocab_size:

@@ -10,7 +10,8 @@ import numbers
 
 import numpy as np
 
-from ._validation import as_float_array, check_axis, check_finite, shape_str
+from ._validation import shape_str
+from .functional import check_softmax_input
 
 __all__ = ["cross_entropy", "CrossEntropyLoss", "log_softmax"]
 
@@ -43,16 +44,7 @@ def log_softmax(x, axis=-1):
     >>> np.exp(log_softmax(np.array([1.0, 2.0, 3.0]))).sum().round(6)
     np.float64(1.0)
     """
-    x = as_float_array(x, "x")
-    if x.ndim == 0:
-        raise ValueError("x must have at least one axis, got a 0-d array")
-    axis = check_axis(axis, x.ndim)
-    if x.shape[axis] == 0:
-        raise ValueError(
-            f"x has no values along axis {axis} (shape {shape_str(x.shape)}): a log-softmax "
-            "needs at least one class"
-        )
-    check_finite(x, "x", allow_neg_inf=True)
+    x, axis = check_softmax_input(x, axis, "a log-softmax")
     return _log_softmax(x, axis)
 
 

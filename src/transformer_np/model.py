@@ -18,6 +18,7 @@ import numpy as np
 
 from ._validation import (
     as_float_array,
+    as_typed_array,
     check_bool,
     check_finite,
     check_last_dim,
@@ -663,12 +664,7 @@ def _check_memory(memory, batch, d_model):
 
 def _check_ids(ids, name, vocab_size, max_len):
     """Token ids as a 2-D integer array (B, T) with values in [0, vocab) and T <= max_len."""
-    try:
-        arr = np.asarray(ids)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be an array of integer token ids") from exc
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integer token ids, got dtype {arr.dtype}")
+    arr = as_typed_array(ids, name, "iu", "an array of integer token ids")
     if arr.ndim != 2:
         raise ValueError(f"{name} must have shape (B, T) (a batch of sequences), got {arr.shape}")
     if arr.shape[0] == 0 or arr.shape[1] == 0:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ._validation import check_finite, shape_str
+from ._validation import as_typed_array, check_finite, shape_str
 
 __all__ = ["Adam", "NoamSchedule", "noam_lr", "clip_grad_norm", "global_norm"]
 
@@ -156,14 +156,7 @@ def _grad_arrays(grads, name="grads", *, in_place=False):
                     f"{what} must be a floating-point ndarray (it is scaled in place), got {got}"
                 )
         else:
-            try:
-                g = np.asarray(g)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(
-                    f"{what} must be an array of real numbers, got {_type_name(g)}"
-                ) from exc
-            if g.dtype.kind not in "fiu":
-                raise TypeError(f"{what} must be an array of real numbers, got dtype {g.dtype}")
+            g = as_typed_array(g, what, "fiu", "an array of real numbers")
         arrays[key] = g
     return arrays
 
@@ -505,12 +498,7 @@ class Adam:
         for key in ("m", "v"):
             what = f"state[{key!r}]"
             value = state[key]
-            try:
-                arr = np.asarray(value)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"{what} must be an array of real numbers") from exc
-            if arr.dtype.kind not in "fiu":
-                raise TypeError(f"{what} must be an array of real numbers, got dtype {arr.dtype}")
+            arr = as_typed_array(value, what, "fiu", "an array of real numbers")
             if arr.shape != (n,):
                 raise ValueError(
                     f"{what} must have shape ({n},) (one value per scalar parameter, "
