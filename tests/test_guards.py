@@ -92,6 +92,19 @@ def test_headings_formulas_admonitions_and_figures_are_compared():
     assert structure(base.replace("!!! note", "!!! warning")).admonitions != s.admonitions
 
 
+def test_inline_code_and_list_items_are_compared():
+    it = "Testo con `f(x)` e\n`g(\n  y)` su due righe, e `risultati.it.md`.\n\n"
+    it += "- uno\n- due\n    - tre\n"
+    en = "Text with `f(x)` and\n`g(\n y)` over two lines, and `risultati.md`.\n\n"
+    en += "- one\n- two\n    - three\n"
+    a, b = structure(it), structure(en)
+    assert a.inline_code == b.inline_code == ["`f(x)`", "`g( y)`", "`risultati.md`"]
+    assert a.list_items == b.list_items == [0, 0, 4]
+    assert structure(it.replace("`f(x)`", "`f(y)`")).inline_code != b.inline_code
+    assert structure(it.replace("- due\n", "")).list_items != b.list_items  # an item lost
+    assert structure(it.replace("    - tre", "- tre")).list_items != b.list_items  # nesting
+
+
 def test_a_heading_inside_code_is_not_a_heading():
     s = structure(f"# T\n\n{F}python\n# a comment, not a heading\n{F}\n")
     assert s.headings == [1]
