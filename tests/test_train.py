@@ -262,3 +262,20 @@ def test_demo_command_lines_run_and_save_a_checkpoint(module, tmp_path, capsys):
     assert "parameters" in out and f"saved to {path}" in out
     model, extra = load_model(path, return_extra=True)
     assert len(extra["loss"]) == 10
+
+
+@pytest.mark.parametrize("demo", ["reverse", "charlm"])
+def test_demo_save_keeps_an_existing_file_unless_overwrite(demo, tmp_path, capsys):
+    import importlib
+
+    main = importlib.import_module(f"transformer_np.examples.{demo}").main
+    mine = tmp_path / "mine.npz"
+    mine.write_bytes(b"precious")
+    with pytest.raises(SystemExit) as stop:  # refused before any training
+        main(["--quick", "--save", str(mine), "--no-progress"])
+    assert stop.value.code == 2
+    assert "already exists: pass --overwrite" in capsys.readouterr().err
+    assert mine.read_bytes() == b"precious"
+    with pytest.raises(SystemExit):
+        main(["--quick", "--save", str(tmp_path / "missing" / "m.npz"), "--no-progress"])
+    assert "does not exist" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """Runnable demos: ``python -m transformer_np.examples.reverse`` and ``... .charlm``."""
 
+import os
 from importlib import resources
 
 from ..train import load_model
@@ -10,3 +11,27 @@ def load_shipped(name):
     path = resources.files(__package__) / "data" / name
     with resources.as_file(path) as file:
         return load_model(file, return_extra=True)
+
+
+def add_save_arguments(parser):
+    """The demos' ``--save PATH`` and ``--overwrite`` options."""
+    parser.add_argument("--save", default=None, help="write the trained model to this .npz")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="let --save replace an existing file"
+    )
+
+
+def check_save_path(parser, args):
+    """Before training: stop with a usage error if ``--save`` could not be written at the end.
+
+    An existing file is kept unless ``--overwrite`` is given (a user's file is never replaced by
+    accident, and minutes of training are not lost to a refusal at the very end).
+    """
+    if args.save is None:
+        return
+    path = args.save if args.save.endswith(".npz") else args.save + ".npz"  # as np.savez
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        parser.error(f"--save {path}: the directory {folder} does not exist")
+    if os.path.exists(path) and not args.overwrite:
+        parser.error(f"--save {path} already exists: pass --overwrite to replace it")

@@ -28,7 +28,7 @@ from ..losses import cross_entropy
 from ..model import LanguageModel, LanguageModelConfig
 from ..optim import Adam, NoamSchedule
 from ..train import fit, save_model
-from . import load_shipped
+from . import add_save_arguments, check_save_path, load_shipped
 
 __all__ = ["CharVocab", "load_text", "load_trained", "train_charlm"]
 
@@ -182,9 +182,10 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-limit", type=float, default=None, help="seconds")
-    parser.add_argument("--save", default=None, help="write the trained model to this .npz")
+    add_save_arguments(parser)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    check_save_path(parser, args)
     kw = {"steps": args.steps or (300 if args.quick else 1000)}
     kw["sample_every"] = max(1, kw["steps"] // 5)
     model, vocab, history, samples = train_charlm(
@@ -205,7 +206,7 @@ def main(argv=None):
             "sample_step": np.array([step for step, _ in samples], dtype=np.int64),
             "sample_text": np.array([text for _, text in samples]),
         }
-        save_model(args.save, model, extra=extra, overwrite=True)
+        save_model(args.save, model, extra=extra, overwrite=args.overwrite)
         print(f"saved to {args.save}")
     return 0
 

@@ -26,7 +26,7 @@ from ..losses import CrossEntropyLoss
 from ..model import Transformer, TransformerConfig
 from ..optim import Adam, NoamSchedule
 from ..train import fit, save_model
-from . import load_shipped
+from . import add_save_arguments, check_save_path, load_shipped
 
 __all__ = [
     "load_trained",
@@ -251,9 +251,10 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=None, help="maximum training steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--time-limit", type=float, default=170.0, help="seconds (default 170)")
-    parser.add_argument("--save", default=None, help="write the trained model to this .npz")
+    add_save_arguments(parser)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    check_save_path(parser, args)
 
     if args.quick:
         kw = {"min_len": 2, "max_len": 5, "d_model": 32, "steps": args.steps or 400}
@@ -278,7 +279,7 @@ def main(argv=None):
     )
     print(f"held-out exact match: {100 * history['heldout_accuracy']:.2f}% of {len(src)} sequences")
     if args.save:
-        save_model(args.save, model, extra=history_arrays(history), overwrite=True)
+        save_model(args.save, model, extra=history_arrays(history), overwrite=args.overwrite)
         print(f"saved to {args.save}")
     return 0 if args.quick or history["heldout_accuracy"] >= 0.99 else 1
 
