@@ -43,7 +43,7 @@ def assert_unchanged(model, before):
 @pytest.mark.parametrize(
     "bad, error, match",
     [
-        (lambda v: np.full(v.shape, "x"), TypeError, "real numeric array, got dtype <U1"),
+        (lambda v: np.full(v.shape, "x"), TypeError, "an array of real numbers, got dtype <U1"),
         (lambda v: np.full(v.shape, np.nan), ValueError, "contains NaN or inf"),
         (lambda v: np.zeros(v.shape + (1,)), ValueError, "must have shape"),
     ],

@@ -25,6 +25,7 @@ __all__ = [
     "check_positive_int",
     "check_rng",
     "compute_dtype",
+    "first_index",
     "shape_str",
 ]
 
@@ -157,11 +158,16 @@ def check_finite(x: np.ndarray, name: str, *, allow_neg_inf: bool = False) -> No
         if not bad.any():
             return
         what = "NaN" if np.isnan(x).any() else "+inf"
-    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    first = first_index(bad)
     raise ValueError(
         f"{name} contains {what} ({int(bad.sum())} of {x.size} values, first at index {first}); "
         "expected finite values" + (" (-inf is allowed)" if allow_neg_inf else "")
     )
+
+
+def first_index(mask: np.ndarray) -> tuple[int, ...]:
+    """The index of the first True of a boolean array (which has one), as a tuple of ints."""
+    return tuple(int(i) for i in np.argwhere(mask)[0])
 
 
 def check_ndim(x: np.ndarray, name: str, ndims, meaning: str) -> None:

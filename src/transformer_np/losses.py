@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from ._validation import shape_str
+from ._validation import first_index, shape_str
 from .functional import check_softmax_input
 
 __all__ = ["cross_entropy", "CrossEntropyLoss", "log_softmax"]
@@ -83,10 +83,6 @@ def _check_label_smoothing(label_smoothing):
     return eps
 
 
-def _first_index(mask):
-    return tuple(int(i) for i in np.argwhere(mask)[0])
-
-
 def _check_inputs(logits, targets, ignore_index, label_smoothing):
     ignore_index = _check_ignore_index(ignore_index)
     label_smoothing = _check_label_smoothing(label_smoothing)
@@ -129,7 +125,7 @@ def _check_logit_values(logits, targets, valid, label_smoothing):
         bad = nan | posinf
         raise ValueError(
             f"logits contain NaN or inf ({int(nan.sum())} NaN and {int(posinf.sum())} +inf "
-            f"of {logits.size} values, first at index {_first_index(bad)}); expected finite "
+            f"of {logits.size} values, first at index {first_index(bad)}); expected finite "
             "values (-inf is allowed: it masks a class)"
         )
     neginf = np.isneginf(logits) & valid[..., None]  # -inf on the rows that count
@@ -142,7 +138,7 @@ def _check_logit_values(logits, targets, valid, label_smoothing):
     if hit.any():
         raise ValueError(
             f"logits are -inf at the target class on {int(hit.sum())} row(s) (first at row "
-            f"index {_first_index(hit)}): a masked class cannot be the target, the loss would "
+            f"index {first_index(hit)}): a masked class cannot be the target, the loss would "
             "be infinite; mask only classes that are never the target, or set those targets "
             "to ignore_index"
         )
@@ -150,7 +146,7 @@ def _check_logit_values(logits, targets, valid, label_smoothing):
         raise ValueError(
             f"label_smoothing = {label_smoothing} puts probability label_smoothing / V on every "
             f"class, but logits has -inf (masked classes) on {int(neginf.sum())} value(s) of "
-            f"rows that count (first at index {_first_index(neginf)}): the loss would be "
+            f"rows that count (first at index {first_index(neginf)}): the loss would be "
             "infinite; use label_smoothing=0 with masked logits"
         )
 

@@ -777,11 +777,7 @@ class _Model:
             raise ValueError(f"parameter names do not match: missing {missing}, unexpected {extra}")
         checked = {}
         for k in mine:
-            value = np.asarray(params[k])
-            if value.dtype.kind not in "fiu" or value.dtype == np.bool_:
-                raise TypeError(
-                    f"parameter {k!r} must be a real numeric array, got dtype {value.dtype}"
-                )
+            value = as_typed_array(params[k], f"parameter {k!r}", "fiu", "an array of real numbers")
             if mine[k].shape != value.shape:
                 raise ValueError(
                     f"parameter {k!r} must have shape {mine[k].shape}, got {value.shape}"

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 
 from ._parallel import blas_single_threaded
-from ._validation import check_finite, check_positive_float, check_positive_int
+from ._validation import check_bool, check_positive_float, check_positive_int
 from .losses import CrossEntropyLoss
 from .model import LanguageModel, LanguageModelConfig, Transformer, TransformerConfig
 from .optim import Adam, clip_grad_norm, global_norm
@@ -294,6 +294,11 @@ def train_step(model, batch, optimizer, loss_fn=None, *, clip_norm=1.0):
     loss_fn = _check_loss_fn(loss_fn)
     clip_norm = _check_clip_norm(clip_norm)
     _check_optimizer(model, optimizer)
+    return _step(model, batch, optimizer, loss_fn, clip_norm)
+
+
+def _step(model, batch, optimizer, loss_fn, clip_norm):
+    """:func:`train_step` on arguments already checked (``fit`` checks them once, not per step)."""
     inputs, targets = _split_batch(model, batch)
     try:
         logits = model(*inputs)
@@ -320,8 +325,6 @@ def train_step(model, batch, optimizer, loss_fn=None, *, clip_norm=1.0):
         raise TrainingDiverged(f"the gradient norm is {norm} (loss {loss:.4g})")
     try:
         optimizer.step(grads)
-    except TrainingDiverged:
-        raise
     except FloatingPointError as exc:  # e.g. a gradient that overflows the parameters' dtype
         raise TrainingDiverged(f"the optimiser refused the step: {exc}") from exc
     return loss, norm
@@ -446,9 +449,11 @@ def fit(
     _check_optional_callable(eval_fn, "eval_fn", "eval_fn(model) -> dict")
     _check_optional_callable(callback, "callback", "callback(step, history) -> bool")
     eval_every = _check_eval_every(eval_every)
-    overwrite_checkpoint = _check_flag(overwrite_checkpoint, "overwrite_checkpoint")
+    overwrite_checkpoint = check_bool(overwrite_checkpoint, "overwrite_checkpoint")
     if checkpoint is not None and not hasattr(checkpoint, "write"):
-        _checkpoint_target(checkpoint, overwrite_checkpoint, "checkpoint", "overwrite_checkpoint")
+        _checkpoint_target(
+            checkpoint, overwrite_checkpoint, "checkpoint", "overwrite_checkpoint=True"
+        )
     if callable(batches):
         get_batch = batches
     else:
@@ -504,9 +509,7 @@ def fit(
             for step in range(1, steps + 1):
                 lr = optimizer.current_lr()
                 try:
-                    loss, norm = train_step(
-                        model, get_batch(step), optimizer, loss_fn, clip_norm=clip_norm
-                    )
+                    loss, norm = _step(model, get_batch(step), optimizer, loss_fn, clip_norm)
                 except TrainingDiverged as exc:
                     last = history["loss"][-1] if history["loss"] else float("nan")
                     raise TrainingDiverged(
@@ -550,15 +553,10 @@ _MODELS = {
 }
 
 
-def _check_flag(value, name):
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
-    return bool(value)
-
-
-def _checkpoint_target(path, overwrite, name="path", flag="overwrite"):
+def _checkpoint_target(path, overwrite, name="path", allow="overwrite=True"):
     """The file that ``np.savez(path)`` would write, checked: its directory exists, and it
-    exists only if ``overwrite`` allows it."""
+    exists only if ``overwrite`` allows it. ``name`` and ``allow`` word the errors: what the
+    path is, and what the caller passes to replace a file (``--overwrite`` for the demos)."""
     try:
         target = os.fspath(path)
     except TypeError as exc:
@@ -580,7 +578,7 @@ def _checkpoint_target(path, overwrite, name="path", flag="overwrite"):
     if os.path.lexists(target):
         if not overwrite:
             raise FileExistsError(
-                f"{name} {target!r} already exists: pass {flag}=True to replace it "
+                f"{name} {target!r} already exists: pass {allow} to replace it "
                 "(or choose another path)"
             )
     return target
@@ -667,7 +665,7 @@ def save_model(path, model, *, extra=None, overwrite=False):
     True
     """
     _check_model(model)
-    overwrite = _check_flag(overwrite, "overwrite")
+    overwrite = check_bool(overwrite, "overwrite")
     if extra is not None and not isinstance(extra, Mapping):
         raise TypeError(f"extra must be a dict name -> ndarray or None, got {type(extra).__name__}")
     arrays = {}
@@ -790,16 +788,6 @@ def load_model(path, *, return_extra=False):
         config = cfg_cls.from_json(str(cfg_arr))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: invalid model configuration: {exc}") from exc
-    for name, value in params.items():
-        if value.dtype.kind not in "fiu":
-            raise ValueError(
-                f"{where}: parameter {name!r} must be an array of real numbers, "
-                f"got dtype {value.dtype}"
-            )
-        try:
-            check_finite(value, f"parameter {name!r}")
-        except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from exc
     model = model_cls(config, rng=0)
     try:
         model.load_parameters(params)

@@ -1,9 +1,8 @@
 """Runnable demos: ``python -m transformer_np.examples.reverse`` and ``... .charlm``."""
 
-import os
 from importlib import resources
 
-from ..train import load_model
+from ..train import _checkpoint_target, load_model
 
 
 def load_shipped(name):
@@ -29,9 +28,7 @@ def check_save_path(parser, args):
     """
     if args.save is None:
         return
-    path = args.save if args.save.endswith(".npz") else args.save + ".npz"  # as np.savez
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        parser.error(f"--save {path}: the directory {folder} does not exist")
-    if os.path.exists(path) and not args.overwrite:
-        parser.error(f"--save {path} already exists: pass --overwrite to replace it")
+    try:
+        _checkpoint_target(args.save, args.overwrite, "--save", "--overwrite")
+    except OSError as exc:  # missing directory, existing file, a directory
+        parser.error(str(exc))
