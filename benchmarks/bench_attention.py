@@ -170,7 +170,7 @@ def _products_only(q, k, v, *, with_exp=False):
     """
     import numpy as np
 
-    from transformer_np._parallel import parallel_for
+    from transformer_np._kernels.threads import parallel_for
     from transformer_np.attention import _thread_buffer
 
     n = q.shape[-2]
@@ -202,7 +202,7 @@ def profile_steps(n: int, reps: int = 3) -> dict:
 
     import numpy as np
 
-    from transformer_np._parallel import blas_single_threaded
+    from transformer_np._kernels.threads import blas_single_threaded
     from transformer_np.attention import _scores_are_bounded, _thread_buffer
 
     rng = np.random.default_rng(0)

@@ -24,7 +24,7 @@ import time
 import numpy as np
 from timed_calls import cpu_model
 
-from transformer_np._parallel import blas_single_threaded
+from transformer_np._kernels.threads import blas_single_threaded
 from transformer_np.decoding import generate
 from transformer_np.model import LanguageModel, LanguageModelConfig
 

@@ -71,7 +71,7 @@ def worker_numpy(args):
 
     import numpy as np
 
-    from transformer_np._parallel import blas_single_threaded
+    from transformer_np._kernels.threads import blas_single_threaded
     from transformer_np.losses import CrossEntropyLoss
     from transformer_np.model import (
         LanguageModel,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from transformer_np import causal_mask, padding_mask, scaled_dot_product_attention
-from transformer_np._parallel import MIN_SPLIT_BYTES, blas_single_threaded, row_blocks
+from transformer_np._kernels.threads import MIN_SPLIT_BYTES, blas_single_threaded, row_chunks
 from transformer_np.attention import _attention_steps, _scores_are_bounded
 
 TOL = {np.float32: 2e-6, np.float64: 1e-13}
@@ -87,7 +87,7 @@ def test_fast_path_on_a_single_matrix_and_with_a_1d_mask():
 def test_fast_path_groups_many_small_matrices():
     rng = np.random.default_rng(4)
     q, k, v = _qkv(rng, (6, 96, 48, 8), (6, 96, 48, 8))  # 576 matrices of 48 x 48
-    blocks = row_blocks((6, 96), 48, 48 * 4)
+    blocks = row_chunks((6, 96), 48, 48 * 4)
     assert blocks is not None and len(blocks) < 6 * 96  # several matrices per block
     _check(q, k, v, causal_mask(48))
 
@@ -109,19 +109,24 @@ def test_overflow_in_a_worker_thread_raises_the_clear_error():
 
 
 def test_blas_threads_are_restored_after_the_fast_path():
-    from transformer_np import _parallel
+    from threadpoolctl import threadpool_info
 
-    api = _parallel._find_openblas()
-    if api is None:
-        pytest.skip("no OpenBLAS found")
-    before = api[0]()
+    def blas_threads():
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    before = blas_threads()
+    if not before:
+        pytest.skip("no BLAS known to threadpoolctl")
     rng = np.random.default_rng(7)
     q, k, v = _qkv(rng, (4, 512, 16), (4, 512, 16))
     scaled_dot_product_attention(q, k, v)
-    assert api[0]() == before
+    assert blas_threads() == before
     with blas_single_threaded():
-        assert api[0]() == 1
-    assert api[0]() == before
+        assert set(blas_threads()) == {1}
+        with blas_single_threaded():  # nested: still one thread, restored by the outer exit
+            pass
+        assert set(blas_threads()) == {1}
+    assert blas_threads() == before
 
 
 # ----------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_np import causal_mask, padding_mask, scaled_dot_product_attention
-from transformer_np._parallel import num_threads, parallel_for, split_range
+from transformer_np._kernels.threads import num_threads, parallel_for, split_range
 from transformer_np.blockwise import blockwise_attention
 
 # Absolute tolerance per dtype, for inputs of standard-normal size (|output| <= max |v| ~ 4).

@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 
-from ._parallel import BLOCK_BYTES, parallel_for, row_blocks
+from ._kernels.threads import CHUNK_BYTES, parallel_for, row_chunks
 from ._validation import (
     as_float_array,
     check_bool,
@@ -191,15 +191,15 @@ MIN_BLOCK_ROWS = 128
 
 
 def _sdpa_blocks(lead, n_q, n_k, itemsize, need_weights):
-    """The blocks of query rows of :func:`_sdpa` (see ``row_blocks``), or None: one pass.
+    """The blocks of query rows of :func:`_sdpa` (see ``row_chunks``), or None: one pass.
 
     About 4 MiB of scores per block with the weights; 2 MiB without them (the buffer is reused
     and smaller blocks did better); at least ``MIN_BLOCK_ROWS`` rows when n_k is large.
     """
     row_bytes = n_k * itemsize
-    block_bytes = BLOCK_BYTES if need_weights else BLOCK_BYTES // 2
+    block_bytes = CHUNK_BYTES if need_weights else CHUNK_BYTES // 2
     block_bytes = max(block_bytes, MIN_BLOCK_ROWS * row_bytes)
-    return row_blocks(lead, n_q, row_bytes, block_bytes=block_bytes)
+    return row_chunks(lead, n_q, row_bytes, chunk_bytes=block_bytes)
 
 
 def _scores_are_bounded(q, k, v, bias) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._parallel import num_threads, parallel_for
+from ._kernels.threads import num_threads, parallel_for
 from ._validation import check_bool, check_positive_int
 from .attention import _check_sdpa_inputs, _overflow_error
 

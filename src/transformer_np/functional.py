@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ._parallel import num_threads, parallel_for, split_range
+from ._kernels.threads import num_threads, parallel_for, split_range
 from ._validation import (
     as_float_array,
     check_axis,

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
-from ._parallel import blas_single_threaded
+from ._kernels.threads import blas_single_threaded
 from ._validation import check_bool, check_positive_float, check_positive_int
 from .losses import CrossEntropyLoss
 from .model import LanguageModel, LanguageModelConfig, Transformer, TransformerConfig

@@ -22,7 +22,7 @@ from importlib import resources
 
 import numpy as np
 
-from .._parallel import blas_single_threaded
+from .._kernels.threads import blas_single_threaded
 from ..decoding import generate
 from ..losses import cross_entropy
 from ..model import LanguageModel, LanguageModelConfig

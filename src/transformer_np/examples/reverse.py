@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from .._parallel import blas_single_threaded
+from .._kernels.threads import blas_single_threaded
 from ..decoding import translate
 from ..losses import CrossEntropyLoss
 from ..model import Transformer, TransformerConfig

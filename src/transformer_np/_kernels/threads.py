@@ -1,4 +1,6 @@
-"""A small persistent thread pool for the NumPy work that NumPy runs on one core.
+"""Threads for the kernels: a small persistent pool, and one BLAS thread inside it.
+
+A small persistent thread pool for the NumPy work that NumPy runs on one core.
 
 Matrix products already run on every core (OpenBLAS has its own threads), but NumPy's
 element-wise functions and reductions (``exp``, ``max``, ``sum``, division) run on the calling
@@ -17,14 +19,15 @@ environment variable ``TRANSFORMER_NP_NUM_THREADS`` (``1`` turns the threading o
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import itertools
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["blas_single_threaded", "num_threads", "parallel_for", "row_blocks", "split_range"]
+from threadpoolctl import ThreadpoolController
+
+__all__ = ["blas_single_threaded", "num_threads", "parallel_for", "row_chunks", "split_range"]
 
 _ENV_VAR = "TRANSFORMER_NP_NUM_THREADS"
 
@@ -141,35 +144,33 @@ def split_range(n: int, parts: int) -> list[slice]:
     return [slice(bounds[i], bounds[i + 1]) for i in range(parts)]
 
 
-# Blocks of about this many bytes (of float32 scores: 512 rows of 2048). Measured on the 2-core
-# machine of the benchmark: 256 KiB to 4 MiB blocks (which live in the L2 or L3 cache between
-# the steps that read them) all beat one pass over the whole matrix; the larger ones, with fewer
-# Python calls per second, held up best when other processes shared the cores.
-BLOCK_BYTES = 1 << 22
+# Chunks of about this many bytes (of float32 scores: 512 rows of 2048), small enough to stay in
+# the L2 or L3 cache between the steps that read them (benchmarks/results/attention.json).
+CHUNK_BYTES = 1 << 22
 # Below this size (the whole problem), one vectorised pass beats the hand-off to threads.
 MIN_SPLIT_BYTES = 1 << 21
 
 
-def row_blocks(
+def row_chunks(
     lead: tuple[int, ...],
     n_rows: int,
     row_bytes: int,
     *,
-    block_bytes: int = BLOCK_BYTES,
+    chunk_bytes: int = CHUNK_BYTES,
     min_bytes: int = MIN_SPLIT_BYTES,
 ) -> list[tuple[tuple, slice]] | None:
-    """Cut an array of shape ``lead + (n_rows, ...)`` into blocks of about ``block_bytes``.
+    """Cut an array of shape ``lead + (n_rows, ...)`` into chunks of about ``chunk_bytes``.
 
-    Each block is ``(items, rows)``: ``items`` indexes the leading axes (ints, and a slice of
+    Each chunk is ``(items, rows)``: ``items`` indexes the leading axes (ints, and a slice of
     the last leading axis that groups several small matrices), ``rows`` is a slice of the row
-    axis; ``a[items][..., rows, :]`` is the block. Blocks are made smaller than ``block_bytes``
+    axis; ``a[items][..., rows, :]`` is the chunk. Chunks are made smaller than ``chunk_bytes``
     when needed to give about 8 of them (so that the threads share the work evenly). Returns
     None if the whole array is smaller than ``min_bytes`` (not worth splitting).
 
     Examples
     --------
-    >>> blocks = row_blocks((8,), 2048, 2048 * 4)  # 8 heads, 2048 rows of 2048 float32
-    >>> len(blocks), blocks[1]
+    >>> chunks = row_chunks((8,), 2048, 2048 * 4)  # 8 heads, 2048 rows of 2048 float32
+    >>> len(chunks), chunks[1]
     (32, ((slice(0, 1, None),), slice(512, 1024, None)))
     """
     n_items = 1
@@ -178,87 +179,58 @@ def row_blocks(
     total = n_items * n_rows * row_bytes
     if total < max(min_bytes, 1):
         return None
-    block_bytes = min(block_bytes, total // 8)  # at least ~8 blocks, to share among threads
-    rows = max(1, min(n_rows, block_bytes // max(row_bytes, 1)))
+    chunk_bytes = min(chunk_bytes, total // 8)  # at least ~8 chunks, to share among threads
+    rows = max(1, min(n_rows, chunk_bytes // max(row_bytes, 1)))
     row_slices = [slice(r, min(r + rows, n_rows)) for r in range(0, n_rows, rows)]
     if not lead:
         return [((), sl) for sl in row_slices]
-    # Whole matrices smaller than a block: take several of them along the last leading axis.
+    # Whole matrices smaller than a chunk: take several of them along the last leading axis.
     last = lead[-1]
-    group = 1 if rows < n_rows else max(1, min(last, block_bytes // max(n_rows * row_bytes, 1)))
-    blocks = []
+    group = 1 if rows < n_rows else max(1, min(last, chunk_bytes // max(n_rows * row_bytes, 1)))
+    chunks = []
     for outer in itertools.product(*(range(size) for size in lead[:-1])):
         for start in range(0, last, group):
             items = outer + (slice(start, min(start + group, last)),)
-            blocks.extend((items, sl) for sl in row_slices)
-    return blocks
+            chunks.extend((items, sl) for sl in row_slices)
+    return chunks
 
 
 # --------------------------------------------------------------------------------------------
-# OpenBLAS's own threads
+# BLAS's own threads
 # --------------------------------------------------------------------------------------------
 #
-# Inside parallel_for every thread calls matrix products of its own. If OpenBLAS also split each
-# of them over all cores, 2 Python threads would start 2 x 2 BLAS threads on 2 cores, which then
+# Inside parallel_for every thread calls matrix products of its own. If BLAS also split each of
+# them over all cores, 2 Python threads would start 2 x 2 BLAS threads on 2 cores, which then
 # wait for each other (OpenBLAS's idle threads even spin for a while). So parallel code asks
-# OpenBLAS for one thread per call while it runs (what threadpoolctl does, without the
-# dependency): the cores are then shared out by parallel_for alone.
+# BLAS for one thread per call while it runs (threadpoolctl finds the library NumPy loaded):
+# the cores are then shared out by parallel_for alone.
 
 _blas_lock = threading.Lock()
 _blas_users = 0
-_blas_saved = 0
-_blas_api: tuple | None | bool = False  # False: not looked up yet; None: not found
-
-
-def _find_openblas():
-    """``(get_num_threads, set_num_threads)`` of the OpenBLAS loaded by NumPy, or None."""
-    try:
-        with open("/proc/self/maps") as f:
-            paths = sorted({ln.split()[-1] for ln in f if "openblas" in ln.lower() and "/" in ln})
-    except OSError:  # not Linux: leave BLAS alone
-        return None
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for prefix, suffix in (
-            ("scipy_openblas", "64_"),
-            ("scipy_openblas", ""),
-            ("openblas", "64_"),
-            ("openblas", ""),
-        ):
-            get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
-            set_ = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
-            if get is not None and set_ is not None:
-                get.restype, get.argtypes = ctypes.c_int, []
-                set_.restype, set_.argtypes = None, [ctypes.c_int]
-                return get, set_
-    return None
+_blas_limit = None  # the threadpoolctl limiter while some caller is inside
+_controller = None  # threadpoolctl's view of the loaded libraries, inspected once
 
 
 @contextlib.contextmanager
 def blas_single_threaded() -> Iterator[None]:
-    """Within the block, OpenBLAS runs each matrix product on the calling thread only.
+    """Within the block, BLAS runs each matrix product on the calling thread only.
 
-    Nested and concurrent uses are counted: the first one in saves OpenBLAS's thread count,
-    the last one out restores it. Without a recognised OpenBLAS this does nothing.
+    Nested and concurrent uses are counted: the first one in limits BLAS to one thread, the
+    last one out restores its thread count. Without a BLAS that threadpoolctl knows, this
+    does nothing.
     """
-    global _blas_api, _blas_users, _blas_saved
+    global _blas_users, _blas_limit, _controller
     with _blas_lock:
-        if _blas_api is False:
-            _blas_api = _find_openblas()
-        api = _blas_api
-        if api is not None:
-            if _blas_users == 0:
-                _blas_saved = api[0]()
-                api[1](1)
-            _blas_users += 1
+        if _controller is None:
+            _controller = ThreadpoolController()
+        if _blas_users == 0:
+            _blas_limit = _controller.limit(limits=1, user_api="blas")
+        _blas_users += 1
     try:
         yield
     finally:
-        if api is not None:
-            with _blas_lock:
-                _blas_users -= 1
-                if _blas_users == 0:
-                    api[1](_blas_saved)
+        with _blas_lock:
+            _blas_users -= 1
+            if _blas_users == 0:
+                _blas_limit.restore_original_limits()
+                _blas_limit = None
