@@ -1,7 +1,8 @@
-"""Unit tests of the pure functions: softmax, relu, erf, gelu, masks, layer_norm.
+"""Tests of the pure functions: softmax, log_softmax, relu, erf, gelu, masks, layer_norm.
 
-The PyTorch comparisons are in test_reference_torch.py; here the references are the Python
-standard library (math.erf, math.erfc) and direct formulas.
+Sections: values (against the Python standard library, math.erf and math.erfc, and direct
+formulas), errors, reference (against PyTorch). The kernels these functions call are tested
+equal to the formulas in test_kernels_gelu.py.
 """
 
 import math
@@ -11,8 +12,13 @@ import numpy as np
 import pytest
 
 from transformer_np import causal_mask, erf, gelu, layer_norm, padding_mask, relu, softmax
+from transformer_np.functional import log_softmax
 
-# ------------------------------------------------------------------ softmax
+# ============================================================================================
+# values
+# ============================================================================================
+
+# ------------------------------------------------------------------ softmax and log_softmax
 
 
 def test_softmax_matches_direct_formula():
@@ -59,6 +65,30 @@ def test_softmax_leaves_its_input_unchanged():
     x = np.array([1.0, 2.0, 3.0])
     softmax(x)
     np.testing.assert_array_equal(x, [1.0, 2.0, 3.0])
+
+
+def test_log_softmax_is_stable():
+    out = log_softmax(np.array([1000.0, 0.0]))
+    assert np.all(np.isfinite(out))
+    np.testing.assert_allclose(out, [0.0, -1000.0], rtol=1e-15)
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_log_softmax_is_the_log_of_softmax(axis):
+    x = np.random.default_rng(3).standard_normal((3, 4, 5)) * 4
+    # near 0 the reference log(p) has only absolute accuracy (p = 1 - eps rounds)
+    np.testing.assert_allclose(
+        log_softmax(x, axis=axis), np.log(softmax(x, axis=axis)), rtol=1e-13, atol=1e-15
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_log_softmax_keeps_the_input_dtype_and_leaves_the_input_unchanged(dtype):
+    x = np.array([1.0, 2.0, -np.inf], dtype=dtype)
+    out = log_softmax(x)
+    assert out.dtype == dtype
+    assert out[2] == -np.inf
+    np.testing.assert_array_equal(x, np.array([1.0, 2.0, -np.inf], dtype=dtype))
 
 
 # ------------------------------------------------------------------ relu
@@ -212,3 +242,75 @@ def test_layer_norm_keeps_dtype_and_normalises(dtype):
 def test_layer_norm_of_a_constant_row_is_beta_not_nan():
     y = layer_norm(np.full((1, 4), 7.0), np.ones(4), np.arange(4.0))
     np.testing.assert_array_equal(y, [[0.0, 1.0, 2.0, 3.0]])
+
+
+# ============================================================================================
+# errors
+# ============================================================================================
+
+
+def test_softmax_and_log_softmax_of_a_0d_array_ask_for_an_axis():
+    for fn in (softmax, log_softmax):
+        with pytest.raises(ValueError, match="x must have at least one axis, got a 0-d array"):
+            fn(np.float64(1.0))
+
+
+def test_softmax_rejects_plus_inf_along_any_axis():
+    with pytest.raises(ValueError, match=r"x contains \+inf .*first at index \(1, 0\)"):
+        softmax(np.array([[0.0, 1.0], [np.inf, 1.0]]), axis=0)
+
+
+@pytest.mark.parametrize("approximate", [False, True])
+def test_gelu_rejects_infinities(approximate):
+    match = r"x contains inf \(1 of 2 values, first at index \(1,\)\)"
+    with pytest.raises(ValueError, match=match):
+        gelu(np.array([0.0, -np.inf]), approximate=approximate)
+
+
+@pytest.mark.parametrize("fn", [relu, erf])
+def test_relu_and_erf_reject_integer_arrays(fn):
+    with pytest.raises(TypeError, match="x must be a floating-point array.*got dtype int"):
+        fn(np.arange(3))
+
+
+def test_relu_rejects_nan():
+    with pytest.raises(ValueError, match="x contains NaN"):
+        relu(np.array([0.0, np.nan]))
+
+
+def test_masks_reject_booleans_and_a_zero_max_len():
+    with pytest.raises(TypeError, match=r"n must be a positive integer, got True \(bool\)"):
+        causal_mask(True)
+    with pytest.raises(TypeError, match="lengths must be an array of integers, got dtype bool"):
+        padding_mask([True, False])
+    with pytest.raises(ValueError, match="max_len must be a positive integer, got 0"):
+        padding_mask([2], max_len=0)
+
+
+def test_layer_norm_of_a_0d_array_asks_for_a_feature_axis():
+    with pytest.raises(ValueError, match=r"x must have a feature axis \(shape \(\.\.\., D\)\)"):
+        layer_norm(np.array(1.0), np.ones(1), np.zeros(1))
+
+
+# ============================================================================================
+# reference: PyTorch
+# ============================================================================================
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+def test_softmax_and_log_softmax_match_torch(dtype, axis):
+    torch = pytest.importorskip("torch")
+    x = (np.random.default_rng(4).standard_normal((3, 4, 7)) * 5).astype(dtype)
+    x[0, 1, 2] = x[2, 0, 6] = -np.inf  # masked entries (no slice is all -inf: torch gives NaN)
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    for mine, theirs in (
+        (softmax(x, axis=axis), torch.softmax(torch.from_numpy(x), dim=axis).numpy()),
+        (log_softmax(x, axis=axis), torch.log_softmax(torch.from_numpy(x), dim=axis).numpy()),
+    ):
+        assert mine.dtype == theirs.dtype
+        finite = np.isfinite(theirs)
+        np.testing.assert_array_equal(np.isfinite(mine), finite)
+        diff = np.abs(mine[finite].astype(np.float64) - theirs[finite])
+        print(f"max abs diff {diff.max():.2e}: mine vs torch")
+        assert diff.max() <= tol * max(1.0, float(np.abs(theirs[finite]).max()))

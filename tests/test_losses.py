@@ -1,55 +1,18 @@
-"""Softmax cross-entropy: value and gradient against PyTorch and finite differences."""
+"""Tests of the softmax cross-entropy loss (cross_entropy, CrossEntropyLoss).
+
+Sections: values, errors, backward (the gradient against finite differences and the layer's
+backward), reference (value and gradient against PyTorch).
+"""
 
 import numpy as np
 import pytest
-import torch
 
+from transformer_np import functional
 from transformer_np.losses import CrossEntropyLoss, cross_entropy, log_softmax
 
-
-def _torch_ce(logits, targets, ignore_index, eps):
-    z = torch.tensor(logits, requires_grad=True)
-    kw = {"label_smoothing": eps}
-    if ignore_index is not None:
-        kw["ignore_index"] = ignore_index
-    loss = torch.nn.functional.cross_entropy(
-        z.reshape(-1, logits.shape[-1]), torch.tensor(targets).reshape(-1), **kw
-    )
-    loss.backward()
-    return loss.item(), z.grad.numpy()
-
-
-@pytest.mark.parametrize("eps", [0.0, 0.1])
-@pytest.mark.parametrize("ignore_index", [None, 0, -100])
-def test_cross_entropy_matches_torch_value_and_gradient(eps, ignore_index):
-    rng = np.random.default_rng(0)
-    logits = rng.normal(size=(3, 7, 11)) * 3
-    targets = rng.integers(1, 11, size=(3, 7))
-    if ignore_index is not None:
-        targets[:, 5:] = ignore_index  # padded tail
-    loss, grad = cross_entropy(logits, targets, ignore_index=ignore_index, label_smoothing=eps)
-    ref_loss, ref_grad = _torch_ce(logits, targets, ignore_index, eps)
-    print("mine", loss, "torch", ref_loss)
-    assert abs(loss - ref_loss) <= 1e-12
-    np.testing.assert_allclose(grad, ref_grad, atol=1e-14)
-
-
-def test_cross_entropy_gradient_matches_finite_differences():
-    rng = np.random.default_rng(1)
-    logits = rng.normal(size=(4, 6))
-    targets = np.array([2, 0, -1, 5])
-    _, grad = cross_entropy(logits, targets, ignore_index=-1, label_smoothing=0.2)
-    h = 1e-6
-    num = np.zeros_like(logits)
-    for idx in np.ndindex(logits.shape):
-        lp, lm = logits.copy(), logits.copy()
-        lp[idx] += h
-        lm[idx] -= h
-        fp = cross_entropy(lp, targets, ignore_index=-1, label_smoothing=0.2)[0]
-        fm = cross_entropy(lm, targets, ignore_index=-1, label_smoothing=0.2)[0]
-        num[idx] = (fp - fm) / (2 * h)
-    rel = np.abs(grad - num).max() / np.abs(num).max()
-    assert rel <= 1e-6
+# ============================================================================================
+# values
+# ============================================================================================
 
 
 def test_padding_rows_get_zero_gradient_and_do_not_change_the_loss():
@@ -75,21 +38,30 @@ def test_float32_in_float32_gradient_out_and_stable_for_huge_logits():
     assert grad.dtype == np.float32
 
 
-def test_log_softmax_is_stable():
-    out = log_softmax(np.array([1000.0, 0.0]))
-    assert np.all(np.isfinite(out))
+def test_cross_entropy_is_the_mean_negative_log_softmax_at_the_targets():
+    rng = np.random.default_rng(4)
+    logits = rng.normal(size=(3, 4, 6)) * 2
+    targets = rng.integers(0, 6, size=(3, 4))
+    loss, _ = cross_entropy(logits, targets)
+    picked = np.take_along_axis(log_softmax(logits), targets[..., None], axis=-1)
+    assert loss == pytest.approx(-picked.mean(), rel=1e-14)
 
 
-def test_layer_interface_forward_backward():
+def test_log_softmax_is_still_importable_from_losses():
+    assert log_softmax is functional.log_softmax
+
+
+def test_layer_forward_returns_the_loss_of_cross_entropy():
     rng = np.random.default_rng(3)
     logits = rng.normal(size=(2, 3, 5))
     targets = rng.integers(0, 5, size=(2, 3))
     fn = CrossEntropyLoss(label_smoothing=0.1)
-    loss = fn(logits, targets)
-    ref, grad = cross_entropy(logits, targets, label_smoothing=0.1)
-    assert loss == ref
-    np.testing.assert_array_equal(fn.backward(), grad)
-    np.testing.assert_allclose(fn.backward(2.0), 2 * grad)
+    assert fn(logits, targets) == cross_entropy(logits, targets, label_smoothing=0.1)[0]
+
+
+# ============================================================================================
+# errors
+# ============================================================================================
 
 
 @pytest.mark.parametrize(
@@ -114,3 +86,83 @@ def test_bad_types_and_smoothing_raise():
         cross_entropy(np.zeros((2, 5)), np.array([0, 1]), label_smoothing=1.0)
     with pytest.raises(ValueError, match="NaN or inf"):
         cross_entropy(np.array([[np.nan, 0.0]]), np.array([0]))
+
+
+# ============================================================================================
+# backward
+# ============================================================================================
+
+
+def test_cross_entropy_gradient_matches_finite_differences():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(4, 6))
+    targets = np.array([2, 0, -1, 5])
+    _, grad = cross_entropy(logits, targets, ignore_index=-1, label_smoothing=0.2)
+    h = 1e-6
+    num = np.zeros_like(logits)
+    for idx in np.ndindex(logits.shape):
+        lp, lm = logits.copy(), logits.copy()
+        lp[idx] += h
+        lm[idx] -= h
+        fp = cross_entropy(lp, targets, ignore_index=-1, label_smoothing=0.2)[0]
+        fm = cross_entropy(lm, targets, ignore_index=-1, label_smoothing=0.2)[0]
+        num[idx] = (fp - fm) / (2 * h)
+    rel = np.abs(grad - num).max() / np.abs(num).max()
+    assert rel <= 1e-6
+
+
+def test_layer_backward_is_the_gradient_times_grad_output():
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(2, 3, 5))
+    targets = rng.integers(0, 5, size=(2, 3))
+    fn = CrossEntropyLoss(label_smoothing=0.1)
+    fn(logits, targets)
+    _, grad = cross_entropy(logits, targets, label_smoothing=0.1)
+    np.testing.assert_array_equal(fn.backward(), grad)
+    np.testing.assert_allclose(fn.backward(2.0), 2 * grad)
+
+
+# ============================================================================================
+# reference: PyTorch
+# ============================================================================================
+
+
+def _torch_ce(torch, logits, targets, ignore_index, eps):
+    z = torch.tensor(logits, requires_grad=True)
+    kw = {"label_smoothing": eps}
+    if ignore_index is not None:
+        kw["ignore_index"] = ignore_index
+    loss = torch.nn.functional.cross_entropy(
+        z.reshape(-1, logits.shape[-1]), torch.tensor(targets).reshape(-1), **kw
+    )
+    loss.backward()
+    return loss.item(), z.grad.numpy()
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("ignore_index", [None, 0, -100])
+def test_cross_entropy_matches_torch_value_and_gradient(eps, ignore_index):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 7, 11)) * 3
+    targets = rng.integers(1, 11, size=(3, 7))
+    if ignore_index is not None:
+        targets[:, 5:] = ignore_index  # padded tail
+    loss, grad = cross_entropy(logits, targets, ignore_index=ignore_index, label_smoothing=eps)
+    ref_loss, ref_grad = _torch_ce(torch, logits, targets, ignore_index, eps)
+    print("mine", loss, "torch", ref_loss)
+    assert abs(loss - ref_loss) <= 1e-12
+    np.testing.assert_allclose(grad, ref_grad, atol=1e-14)
+
+
+def test_float32_cross_entropy_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    logits = (rng.normal(size=(6, 9)) * 3).astype(np.float32)
+    targets = rng.integers(0, 9, size=6)
+    loss, grad = cross_entropy(logits, targets, label_smoothing=0.1)
+    ref_loss, ref_grad = _torch_ce(torch, logits, targets, None, 0.1)
+    print("mine", loss, "torch", ref_loss)
+    assert grad.dtype == np.float32
+    assert abs(loss - ref_loss) <= 1e-5
+    np.testing.assert_allclose(grad, ref_grad, atol=1e-7)

@@ -1,7 +1,11 @@
-"""Pure functions: softmax, activations (ReLU, GELU and the error function), masks, layer norm.
+"""Pure functions: softmax and log-softmax, ReLU, GELU and erf, masks, layer normalisation.
 
 Everything here is stateless maths on NumPy arrays. The layers in :mod:`transformer_np.layers`
-and :mod:`transformer_np.attention` hold parameters and call these functions.
+and :mod:`transformer_np.attention` hold parameters and call these functions. Each public
+function first checks its input (errors that name the argument), then computes its formula.
+Two formulas need more than plain NumPy to be accurate and fast, the error function and the
+exact GELU: they call the kernels of :mod:`transformer_np._kernels.gelu`, which are tested equal
+to the formulas written here.
 
 Conventions
 -----------
@@ -16,7 +20,11 @@ import math
 
 import numpy as np
 
-from ._kernels.threads import num_threads, parallel_for, split_range
+from ._kernels.gelu import erf64 as _erf64
+from ._kernels.gelu import gelu as _gelu_exact
+
+# Re-exported until the code block of docs/*/attention.md imports it from _kernels.softmax:
+from ._kernels.softmax import softmax_inplace  # noqa: F401
 from ._validation import (
     as_float_array,
     check_axis,
@@ -32,6 +40,7 @@ __all__ = [
     "erf",
     "gelu",
     "layer_norm",
+    "log_softmax",
     "padding_mask",
     "relu",
     "softmax",
@@ -39,7 +48,7 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------------------------
-# softmax
+# softmax and log-softmax
 # --------------------------------------------------------------------------------------------
 
 
@@ -80,9 +89,74 @@ def softmax(x, axis=-1):
     True
     """
     x, axis = check_softmax_input(x, axis, "a softmax")
-    out = x.astype(compute_dtype(x.dtype), copy=True)
-    softmax_inplace(out, axis)
-    return out.astype(x.dtype, copy=False)
+    xc = x.astype(compute_dtype(x.dtype), copy=False)
+    # 1. The maximum of each slice. An all -inf slice has maximum -inf: use 0 there instead,
+    #    so that its exponentials are exp(-inf - 0) = 0, not exp(-inf + inf) = NaN.
+    m = np.max(xc, axis=axis, keepdims=True)  # (...) -> (...) with 1 along axis
+    m[np.isneginf(m)] = 0
+    # 2. Exponentials of the shifted scores, all in [0, 1]: no overflow.
+    e = xc - m  # (...), a new array: x is left unchanged
+    np.exp(e, out=e)
+    # 3. The sum of each slice. It is 0 only for an all -inf slice (otherwise the maximum
+    #    contributes exp(0) = 1): divided by 1, that slice stays 0.
+    total = np.sum(e, axis=axis, keepdims=True)  # (...) -> (...) with 1 along axis
+    total[total == 0] = 1
+    # 4. Normalise.
+    e /= total  # (...)
+    return e.astype(x.dtype, copy=False)
+
+
+def log_softmax(x, axis=-1):
+    """Numerically stable ``log(softmax(x))``.
+
+    Parameters
+    ----------
+    x : ndarray of shape (..., V), V >= 1
+        Logits. ``-inf`` is allowed (a masked class: its log-probability is ``-inf``); NaN and
+        ``+inf`` are rejected.
+    axis : int, default -1
+        The axis holding the classes.
+
+    Returns
+    -------
+    ndarray of shape (..., V)
+        ``x - logsumexp(x)`` along ``axis``, in ``x``'s dtype. A slice that is ``-inf``
+        everywhere stays ``-inf`` everywhere (the log of the all-zero :func:`softmax`), never
+        NaN.
+
+    Notes
+    -----
+    .. math:: \\log \\mathrm{softmax}(x)_i = x_i - m - \\log \\sum_j e^{x_j - m},
+              \\quad m = \\max_j x_j
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from transformer_np.functional import log_softmax
+    >>> np.exp(log_softmax(np.array([1.0, 2.0, 3.0]))).sum().round(6)
+    np.float64(1.0)
+    """
+    x, axis = check_softmax_input(x, axis, "a log-softmax")
+    return log_softmax_forward(x, axis)
+
+
+def log_softmax_forward(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """:func:`log_softmax` without input checks, for callers that checked ``x`` already.
+
+    ``x`` is a float array without NaN or ``+inf``, with at least one value along ``axis``;
+    the result has its shape and dtype.
+    """
+    # 1. The maximum of each slice (0 for an all -inf slice: -inf - 0, not -inf + inf = NaN).
+    m = x.max(axis=axis, keepdims=True)  # (..., V) -> (..., 1)
+    np.copyto(m, 0, where=np.isneginf(m))
+    # 2. Shift, so that every exponent is <= 0.
+    shifted = x - m  # (..., V)
+    # 3. log of the sum of the exponentials. Only an all -inf slice sums to 0: log 1 = 0 keeps
+    #    it -inf.
+    total = np.exp(shifted).sum(axis=axis, keepdims=True)  # (..., V) -> (..., 1)
+    total[total == 0] = 1
+    # 4. x - m - log sum exp(x - m)
+    return shifted - np.log(total)  # (..., V)
 
 
 def check_softmax_input(x, axis, what: str) -> tuple[np.ndarray, int]:
@@ -102,48 +176,6 @@ def check_softmax_input(x, axis, what: str) -> tuple[np.ndarray, int]:
         )
     check_finite(x, "x", allow_neg_inf=True)
     return x, axis
-
-
-def softmax_inplace(
-    s: np.ndarray,
-    axis: int = -1,
-    row_max: np.ndarray | None = None,
-    *,
-    shift: bool = True,
-    normalise: bool = True,
-) -> np.ndarray:
-    """Softmax of ``s`` along ``axis``, written into ``s`` itself (no input checks).
-
-    The kernel behind :func:`softmax` and attention: 1. maximum of each slice, 2. subtract it,
-    3. exponentiate, 4. divide by the slice sum; all in place on ``s``. A slice that is entirely
-    ``-inf`` becomes all zeros. ``s`` must be a float array without NaN or ``+inf``.
-
-    ``row_max``, if given, is ``np.max(s, axis=axis, keepdims=True)`` already computed by the
-    caller; it is overwritten. ``shift=False`` skips steps 1-2, for a caller that knows that
-    ``exp(s)`` cannot overflow (the softmax is the same whatever is subtracted from a slice).
-    ``normalise=False`` skips step 4: ``s`` ends with the exponentials, and the caller divides
-    something else by the sums.
-
-    Returns the sums of the slices (``keepdims``), with 1 in place of 0 for an all ``-inf``
-    slice.
-    """
-    if shift:
-        # The maximum of each slice; an all -inf slice has max -inf: use 0 there instead, so
-        # that exp(-inf - 0) = 0 and the slice ends as zeros instead of NaN.
-        m = np.max(s, axis=axis, keepdims=True) if row_max is None else row_max
-        np.copyto(m, 0, where=np.isneginf(m))
-        s -= m
-    np.exp(s, out=s)
-    if axis in (-1, s.ndim - 1):  # a product with a vector of ones: BLAS sums rows faster
-        total = np.matmul(s, np.ones(s.shape[-1], s.dtype))[..., None]
-    else:
-        total = np.sum(s, axis=axis, keepdims=True)
-    # A slice sums to 0 only if it was all -inf (with the maximum subtracted, the maximum
-    # contributes exp(0) = 1): divided by 1, it stays 0.
-    total[total == 0] = 1
-    if normalise:
-        s /= total
-    return total
 
 
 # --------------------------------------------------------------------------------------------
@@ -180,151 +212,8 @@ def relu(x):
 
 
 # --------------------------------------------------------------------------------------------
-# The error function and GELU
+# the error function and GELU
 # --------------------------------------------------------------------------------------------
-#
-# erf and the Gaussian tail are not in NumPy. float64 uses the rational approximations of the
-# Cephes library (S. L. Moshier, ndtr.c, the same ones SciPy uses), accurate to about 1e-16.
-# float32 GELU uses one rational function, fitted for this package, of the scaled Gaussian
-# tail R(a) = exp(a**2 / 2) * Q(a), where Q(a) = 1 - Phi(a) = erfc(a / sqrt(2)) / 2, on
-# [0, 10]: numerator of degree 4, monic denominator of degree 5, all coefficients positive (so
-# float32 evaluation has no cancellation), maximum relative error 2.5e-9 in exact arithmetic
-# (fitted by linearised least squares with Lawson re-weighting against mpmath).
-
-_SQRT1_2 = 0.7071067811865476  # 1 / sqrt(2)
-
-# Cephes: erf(z) = z * T(z^2) / U(z^2) for |z| <= 1 (highest degree first, U monic).
-_ERF_T = (
-    9.60497373987051638749e0,
-    9.00260197203842689217e1,
-    2.23200534594684319226e3,
-    7.00332514112805075473e3,
-    5.55923013010394962768e4,
-)
-_ERF_U = (
-    3.35617141647503099647e1,
-    5.21357949780152679795e2,
-    4.59432382970980127987e3,
-    2.26290000613890934246e4,
-    4.92673942608635921086e4,
-)
-# Cephes: erfc(z) = exp(-z^2) * P(z) / Q(z) for 1 <= z < 8 (highest degree first, Q monic).
-_ERFC_P = (
-    2.46196981473530512524e-10,
-    5.64189564831068821977e-1,
-    7.46321056442269912687e0,
-    4.86371970985681366614e1,
-    1.96520832956077098242e2,
-    5.26445194995477358631e2,
-    9.34528527171957607540e2,
-    1.02755188689515710272e3,
-    5.57535335369399327526e2,
-)
-_ERFC_Q = (
-    1.32281951154744992508e1,
-    8.67072140885989742329e1,
-    3.54937778887819891062e2,
-    9.75708501743205489753e2,
-    1.82390916687909736289e3,
-    2.24633760818710981792e3,
-    1.65666309194161350182e3,
-    5.57535340817727675546e2,
-)
-# Cephes: erfc(z) = exp(-z^2) * R(z) / S(z) for z >= 8 (highest degree first, S monic).
-_ERFC_R = (
-    5.64189583547755073984e-1,
-    1.27536670759978104416e0,
-    5.01905042251180477414e0,
-    6.16021097993053585195e0,
-    7.40974269950448939160e0,
-    2.97886665372100240670e0,
-)
-_ERFC_S = (
-    2.26052863220117276590e0,
-    9.39603524938001434673e0,
-    1.20489539808096656605e1,
-    1.70814450747565897222e1,
-    9.60896809063285878198e0,
-    3.36907645100081516050e0,
-)
-# float32 scaled tail R(a) ~ N(a) / D(a) on [0, 10] (lowest degree first, D monic).
-_TAIL32_N = tuple(
-    np.float32(c)
-    for c in (
-        54.120539464187715,
-        46.130227208860184,
-        18.87584955942694,
-        4.0787645903698975,
-        0.39895352111311244,
-    )
-)
-_TAIL32_D = tuple(
-    np.float32(c)
-    for c in (
-        108.24107865505924,
-        178.62436066225825,
-        126.15252666579883,
-        48.28967117882216,
-        10.225206643333783,
-    )
-)
-_TAIL32_MAX = np.float32(10.0)  # beyond it Q(a) < 8e-24: the tail is exp(-a^2/2) * R(10)
-
-# Elements per chunk: the element-wise kernels run chunk by chunk on scratch buffers that stay
-# in the CPU cache instead of streaming whole temporary arrays through memory. Each chunk costs
-# about 27 ufunc calls, and each call holds the GIL for a moment: with two threads, chunks of
-# 32768 left them waiting for each other. Measured on the exact float32 GELU of a (960, 1536)
-# array, 2 threads: 9.3 ms with 32768, 7.8 with 65536, 7.5 with 131072 (one thread: about
-# 12.3 ms for all three sizes).
-_CHUNK = 65536
-_PARALLEL_MIN = 1 << 17  # elements; below this one thread is faster than two
-
-
-def _polevl(z, coefs):
-    """Horner evaluation, highest-degree coefficient first."""
-    r = coefs[0] * z + coefs[1]
-    for c in coefs[2:]:
-        r *= z
-        r += c
-    return r
-
-
-def _p1evl(z, coefs):
-    """Horner evaluation of a monic polynomial (implicit leading 1), highest degree first."""
-    r = z + coefs[0]
-    for c in coefs[1:]:
-        r *= z
-        r += c
-    return r
-
-
-def _erf_small64(z):
-    """erf(z) for float64 ``|z| <= 1`` (Cephes)."""
-    s = z * z
-    return z * _polevl(s, _ERF_T) / _p1evl(s, _ERF_U)
-
-
-def _erfc_large64(z, exp_mz2=None):
-    """erfc(z) for float64 ``z >= 1`` (Cephes); 0 where it underflows.
-
-    ``exp_mz2``, if given, is ``exp(-z**2)`` computed by the caller (more accurately).
-    """
-    if exp_mz2 is None:
-        with np.errstate(over="ignore", under="ignore"):
-            exp_mz2 = np.exp(-(z * z))  # underflows to 0 for z > 27
-    zc = np.minimum(z, 30.0)  # keeps the polynomials finite; erfc(30) < 1e-392 is 0 anyway
-    ratio = _polevl(zc, _ERFC_P) / _p1evl(zc, _ERFC_Q)  # 1 <= z < 8
-    far = zc >= 8.0
-    if far.any():  # rare (|x| > 11 in GELU): only then evaluate the far-tail fraction
-        ratio = np.where(far, _polevl(zc, _ERFC_R) / _p1evl(zc, _ERFC_S), ratio)
-    return exp_mz2 * ratio
-
-
-def _erf64(x: np.ndarray) -> np.ndarray:
-    a = np.abs(x)
-    small = _erf_small64(np.clip(x, -1.0, 1.0))
-    large = np.copysign(1.0 - _erfc_large64(np.maximum(a, 1.0)), x)
-    return np.where(a <= 1.0, small, large)
 
 
 def erf(x):
@@ -343,9 +232,9 @@ def erf(x):
     -----
     .. math:: \mathrm{erf}(x) = \frac{2}{\sqrt{\pi}} \int_0^x e^{-t^2}\, dt
 
-    Computed in float64 with the rational approximations of the Cephes library (relative error
-    about 1e-16) for every input dtype, then cast to the input dtype (so float32 results are
-    correctly rounded or within one unit in the last place).
+    NumPy has no erf. It is computed in float64 with the rational approximations of the Cephes
+    library (relative error about 1e-16) for every input dtype, then cast to the input dtype
+    (so float32 results are correctly rounded or within one unit in the last place).
 
     Examples
     --------
@@ -357,78 +246,8 @@ def erf(x):
     x = as_float_array(x, "x")
     if np.isnan(x).any():
         raise ValueError("x contains NaN; expected real values")
-    return _erf64(x.astype(np.float64, copy=False)).astype(x.dtype, copy=False)
-
-
-def _gelu_range32(x, out):
-    """Exact GELU of a contiguous float32 array: ``out = max(x, 0) - |x| * Q(|x|)``.
-
-    Runs chunk by chunk on five scratch buffers that stay in the CPU cache.
-    """
-    m = min(x.size, _CHUNK)
-    a, ac, e, num, den = (np.empty(m, np.float32) for _ in range(5))
-    # ufuncs with an array operand are much faster than with a scalar one for min/max
-    lim = np.full(m, _TAIL32_MAX, np.float32)
-    zero = np.zeros(m, np.float32)
-    n, d = _TAIL32_N, _TAIL32_D
-    for start in range(0, x.size, _CHUNK):
-        xs = x[start : start + _CHUNK]
-        k = xs.size
-        if k < m:
-            a, ac, e, num, den, lim, zero = (b[:k] for b in (a, ac, e, num, den, lim, zero))
-        np.abs(xs, out=a)
-        np.minimum(a, lim, out=ac)
-        # e = exp(-a^2 / 2) (underflows to 0 for |x| > 14, as the true value does)
-        np.multiply(a, a, out=e)
-        e *= np.float32(-0.5)
-        np.exp(e, out=e)
-        # R(ac) = N(ac) / D(ac), Horner in place
-        np.multiply(ac, n[4], out=num)
-        for c in (n[3], n[2], n[1]):
-            num += c
-            num *= ac
-        num += n[0]
-        np.add(ac, d[4], out=den)
-        for c in (d[3], d[2], d[1], d[0]):
-            den *= ac
-            den += c
-        num /= den
-        # |x| * Q(|x|) = |x| * e * R
-        num *= e
-        num *= a
-        os_ = out[start : start + _CHUNK]
-        np.maximum(xs, zero, out=os_)
-        os_ -= num
-
-
-def _gelu_range64(x, out):
-    """Exact GELU of a contiguous float64 array: ``out = max(x, 0) - |x| * Q(|x|)``."""
-    for start in range(0, x.size, _CHUNK):
-        xs = x[start : start + _CHUNK]
-        a = np.abs(xs)
-        z = a * _SQRT1_2  # Q(a) = erfc(z) / 2
-        with np.errstate(over="ignore", under="ignore"):
-            e = np.exp(-0.5 * (a * a))  # exp(-z^2), without the rounding of z
-        tail_small = 0.5 - 0.5 * _erf_small64(np.minimum(z, 1.0))
-        tail_large = 0.5 * _erfc_large64(np.maximum(z, 1.0), e)
-        tail = np.where(z <= 1.0, tail_small, tail_large)
-        os_ = out[start : start + _CHUNK]
-        np.maximum(xs, 0.0, out=os_)
-        os_ -= a * tail
-
-
-def _gelu_exact(x: np.ndarray) -> np.ndarray:
-    """Exact GELU of a float32 or float64 array (no checks), on all cores for large arrays."""
-    flat = np.ascontiguousarray(x).reshape(-1)
-    out = np.empty_like(flat)
-    kernel = _gelu_range32 if flat.dtype == np.float32 else _gelu_range64
-    n_threads = num_threads()
-    if n_threads > 1 and flat.size >= _PARALLEL_MIN:
-        # NumPy runs element-wise ufuncs on one core; one slice per core runs them on all.
-        parallel_for(lambda sl: kernel(flat[sl], out[sl]), split_range(flat.size, n_threads))
-    else:
-        kernel(flat, out)
-    return out.reshape(x.shape)
+    y = _erf64(x.astype(np.float64, copy=False))  # Cephes, in float64
+    return y.astype(x.dtype, copy=False)
 
 
 _GELU_TANH_C = math.sqrt(2.0 / math.pi)
@@ -479,21 +298,23 @@ def gelu(x, approximate=False):
     else:
         raise ValueError(f'approximate must be False, True, "none" or "tanh", got {approximate!r}')
     check_finite(x, "x")
-    dt = compute_dtype(x.dtype)
-    xc = x.astype(dt, copy=False)
+    xc = x.astype(compute_dtype(x.dtype), copy=False)
     if exact:
+        # y = 0.5 x (1 + erf(x / sqrt 2)). The kernel computes it as max(x, 0) - |x| Q(|x|),
+        # which is the same number without the cancellation of 1 + erf(x / sqrt 2) for x < 0,
+        # on every core for large arrays.
         y = _gelu_exact(xc)
     else:
-        inner = xc * xc
-        inner *= dt.type(0.044715)
-        inner += dt.type(1)
-        inner *= xc
-        inner *= dt.type(_GELU_TANH_C)
-        np.tanh(inner, out=inner)
-        inner += dt.type(1)
-        inner *= xc
-        inner *= dt.type(0.5)
-        y = inner
+        # y = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), step by step in one buffer
+        y = xc * xc  # x^2
+        y *= 0.044715
+        y += 1
+        y *= xc  # x (1 + 0.044715 x^2) = x + 0.044715 x^3
+        y *= _GELU_TANH_C
+        np.tanh(y, out=y)
+        y += 1
+        y *= xc
+        y *= 0.5
     return y.astype(x.dtype, copy=False)
 
 
@@ -594,21 +415,38 @@ def padding_mask(lengths, max_len=None):
 
 
 def layer_norm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float):
-    """Layer norm kernel without checks; returns ``(y, x_hat, rstd)`` for a backward pass.
+    """:func:`layer_norm` without checks; returns ``(y, x_hat, rstd)`` for a backward pass.
 
-    ``x_hat`` is the normalised input (same shape as ``x``) and ``rstd`` the reciprocal
-    standard deviation of shape ``x.shape[:-1] + (1,)``. All arrays are in ``x``'s dtype.
+    Parameters
+    ----------
+    x : ndarray of shape (..., D)
+    gamma, beta : ndarray of shape (D,)
+        In ``x``'s dtype.
+    eps : float
+
+    Returns
+    -------
+    y : ndarray of shape (..., D)
+        The layer norm of ``x``.
+    x_hat : ndarray of shape (..., D)
+        The normalised input ``(x - mu) * rstd``.
+    rstd : ndarray of shape (..., 1)
+        The reciprocal standard deviation ``1 / sqrt(var + eps)`` of each row.
     """
+    # 1. The mean of each row, and the centred input.
     mu = np.mean(x, axis=-1, keepdims=True)  # (..., D) -> (..., 1)
-    x_hat = x - mu
+    x_hat = x - mu  # (..., D)
+    # 2. The biased variance, sum of squares / D (einsum: without a squared copy of x).
     var = np.einsum("...i,...i->...", x_hat, x_hat)[..., None]  # (..., D) -> (..., 1)
     var /= x.shape[-1]
+    # 3. rstd = 1 / sqrt(var + eps), and the normalised input.
     var += eps
     rstd = np.sqrt(var, out=var)
-    np.reciprocal(rstd, out=rstd)
-    x_hat *= rstd
+    np.reciprocal(rstd, out=rstd)  # (..., 1)
+    x_hat *= rstd  # (..., D)
+    # 4. The affine map.
     y = x_hat * gamma
-    y += beta
+    y += beta  # (..., D)
     return y, x_hat, rstd
 
 

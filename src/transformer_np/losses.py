@@ -1,7 +1,8 @@
 """Softmax cross-entropy loss with padding ignored and label smoothing, forward and backward.
 
-The loss is computed from the logits directly (log-softmax with the max subtracted), so it never
-overflows, and its gradient has the famous closed form ``softmax(z) - q``.
+The loss is computed from the logits directly (the log-softmax of
+:mod:`transformer_np.functional`, with the maximum subtracted), so it never overflows, and its
+gradient has the famous closed form ``softmax(z) - q``.
 """
 
 from __future__ import annotations
@@ -11,51 +12,10 @@ import numbers
 import numpy as np
 
 from ._validation import first_index, shape_str
-from .functional import check_softmax_input
+from .functional import log_softmax, log_softmax_forward
 
+# log_softmax is defined in transformer_np.functional and imported from here too.
 __all__ = ["cross_entropy", "CrossEntropyLoss", "log_softmax"]
-
-
-def log_softmax(x, axis=-1):
-    """Numerically stable ``log(softmax(x))``.
-
-    Parameters
-    ----------
-    x : float ndarray of shape (..., V), V >= 1
-        Logits. ``-inf`` is allowed (a masked class: its log-probability is ``-inf``); NaN and
-        ``+inf`` are rejected.
-    axis : int
-        The axis holding the classes.
-
-    Returns
-    -------
-    ndarray of shape (..., V)
-        ``x - logsumexp(x)`` along ``axis``. A slice that is ``-inf`` everywhere stays
-        ``-inf`` everywhere (the log of the all-zero :func:`~transformer_np.softmax`), never NaN.
-
-    Notes
-    -----
-    .. math:: \\log \\mathrm{softmax}(x)_i = x_i - m - \\log \\sum_j e^{x_j - m},
-              \\quad m = \\max_j x_j
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> np.exp(log_softmax(np.array([1.0, 2.0, 3.0]))).sum().round(6)
-    np.float64(1.0)
-    """
-    x, axis = check_softmax_input(x, axis, "a log-softmax")
-    return _log_softmax(x, axis)
-
-
-def _log_softmax(x, axis=-1):
-    """:func:`log_softmax` without input checks (``x`` float, no NaN or +inf, axis not empty)."""
-    m = x.max(axis=axis, keepdims=True)
-    np.copyto(m, 0, where=np.isneginf(m))  # an all -inf slice: -inf - 0, not -inf - -inf = NaN
-    shifted = x - m
-    total = np.exp(shifted).sum(axis=axis, keepdims=True)
-    total[total == 0] = 1  # only an all -inf slice sums to 0: log 1 = 0 keeps it -inf
-    return shifted - np.log(total)
 
 
 def _check_ignore_index(ignore_index):
@@ -212,7 +172,7 @@ def cross_entropy(logits, targets, *, ignore_index=None, label_smoothing=0.0):
     everything = n == y.size
     rows = slice(None) if everything else np.nonzero(ok)[0]
     yk = y[rows]  # (N,)
-    logp = _log_softmax(z[rows])  # (N, V)
+    logp = log_softmax_forward(z[rows])  # (N, V), logits checked above
     nll = -logp[np.arange(n), yk]  # (N,)
     if label_smoothing:
         smooth = -logp.mean(axis=-1)  # (N,)

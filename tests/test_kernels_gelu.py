@@ -1,0 +1,222 @@
+"""The kernels equal the plain code: erf64, the threaded GELU and its backward, softmax_inplace.
+
+Each kernel of :mod:`transformer_np._kernels.gelu` and :mod:`transformer_np._kernels.softmax` is
+checked against the formula it computes, written plainly here or in
+:mod:`transformer_np.functional`: ``math.erf``, ``0.5 x (1 + erf(x / sqrt 2))``, its derivative
+``Phi(x) + x phi(x)`` (and a finite difference), and :func:`transformer_np.functional.softmax`.
+"""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from transformer_np import functional
+from transformer_np._kernels import gelu as kgelu
+from transformer_np._kernels.softmax import softmax_inplace
+
+_math_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _gelu_formula(x):
+    """The plain exact GELU, 0.5 x (1 + erf(x / sqrt 2)), in float64 with math.erf."""
+    x = np.asarray(x, np.float64)
+    return 0.5 * x * (1.0 + _math_erf(x / math.sqrt(2.0)))
+
+
+def _gelu_derivative(h):
+    """GELU'(h) = Phi(h) + h phi(h), in float64 with math.erf."""
+    h = np.asarray(h, np.float64)
+    cdf = 0.5 * (1.0 + _math_erf(h / math.sqrt(2.0)))
+    pdf = np.exp(-0.5 * h * h) / math.sqrt(2.0 * math.pi)
+    return cdf + h * pdf
+
+
+# ============================================================================================
+# erf64
+# ============================================================================================
+
+
+def test_erf64_matches_math_erf_to_a_few_ulp():
+    special = [0.0, -0.0, 1e-300, -1e-10, 0.999999, 1.0, 1.000001, -1.0, 8.0, -8.0, 11.0, 27.0]
+    x = np.concatenate([np.linspace(-7, 7, 20001), special])
+    mine, ref = kgelu.erf64(x), _math_erf(x)
+    assert mine.dtype == np.float64 and mine.shape == x.shape
+    rel = np.abs(mine - ref) / np.maximum(np.abs(ref), 1e-300)
+    print("max rel err", rel.max(), "at", x[rel.argmax()])
+    assert rel.max() <= 1e-15
+
+
+def test_erf64_saturates_far_out_and_at_infinity():
+    x = np.array([-np.inf, -40.0, -6.0, 6.0, 40.0, np.inf])
+    np.testing.assert_array_equal(kgelu.erf64(x), _math_erf(x))
+    np.testing.assert_array_equal(kgelu.erf64(x[[0, 1, 4, 5]]), [-1.0, -1.0, 1.0, 1.0])
+
+
+def test_erf64_keeps_the_shape_of_its_input():
+    x = np.linspace(-3, 3, 24).reshape(2, 3, 4)
+    np.testing.assert_allclose(kgelu.erf64(x), _math_erf(x), rtol=1e-15, atol=1e-300)
+
+
+# ============================================================================================
+# gelu (forward, threaded)
+# ============================================================================================
+
+# one chunk; several chunks on one thread; the smallest threaded size; threaded, odd size
+SIZES = [1000, kgelu.PARALLEL_MIN - 1, kgelu.PARALLEL_MIN, 300_007]
+
+
+def _inputs(n, dtype):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n) * 4
+    x[: min(n, 7)] = [0.0, -0.0, 14.0, -14.0, 30.0, -30.0, 1e-8][: min(n, 7)]
+    return x.astype(dtype)
+
+
+def _assert_equals_formula(y, x):
+    ref = _gelu_formula(x)  # at the (float32) inputs, in float64
+    err = np.abs(y.astype(np.float64) - ref)
+    if x.dtype == np.float32:
+        # within one float32 spacing of the result (or of 1.2e-7 near zero)
+        tol = np.maximum(np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64), 1.2e-7)
+    else:
+        # the formula's own rounding (1 + erf cancels for x < 0): a few 1e-16 times |x|
+        tol = 1e-15 * np.maximum(1.0, np.abs(x))
+    worst = np.argmax(err / tol)
+    print(f"max abs err {err.max():.2e}; worst at x = {x[worst]!r}: {y[worst]!r} vs {ref[worst]!r}")
+    assert np.all(err <= tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", SIZES)
+def test_gelu_equals_the_formula_with_one_and_two_threads(monkeypatch, dtype, n):
+    x = _inputs(n, dtype)
+    results = {}
+    for threads in (1, 2):
+        monkeypatch.setenv("TRANSFORMER_NP_NUM_THREADS", str(threads))
+        results[threads] = kgelu.gelu(x)
+        assert results[threads].dtype == dtype and results[threads].shape == x.shape
+    _assert_equals_formula(results[1], x)
+    # the slices handed to the threads are computed exactly as one thread computes them
+    np.testing.assert_array_equal(results[2], results[1])
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_gelu_uses_threads_from_the_threshold_on(monkeypatch, n):
+    calls = []
+    real = kgelu.parallel_for
+
+    def spy(fn, pieces, **kwargs):
+        calls.append(len(pieces))
+        return real(fn, pieces, **kwargs)
+
+    monkeypatch.setattr(kgelu, "parallel_for", spy)
+    monkeypatch.setenv("TRANSFORMER_NP_NUM_THREADS", "2")
+    kgelu.gelu(_inputs(n, np.float32))
+    assert calls == ([2] if n >= kgelu.PARALLEL_MIN else [])
+    calls.clear()
+    monkeypatch.setenv("TRANSFORMER_NP_NUM_THREADS", "1")
+    kgelu.gelu(_inputs(n, np.float32))
+    assert calls == []
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_of_a_non_contiguous_array_keeps_its_shape(dtype):
+    x = _inputs(6 * 40_000, dtype).reshape(6, 40_000)
+    y = kgelu.gelu(x.T)
+    assert y.shape == (40_000, 6) and y.dtype == dtype
+    np.testing.assert_array_equal(y, kgelu.gelu(np.ascontiguousarray(x.T)))
+    _assert_equals_formula(y.ravel(), x.T.ravel())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_public_gelu_is_the_kernel_after_its_checks(dtype):
+    x = _inputs(5000, dtype).reshape(50, 100)
+    np.testing.assert_array_equal(functional.gelu(x), kgelu.gelu(x))
+    x64 = x.astype(np.float64)
+    np.testing.assert_array_equal(functional.erf(x64), kgelu.erf64(x64))
+
+
+# ============================================================================================
+# gelu_backward
+# ============================================================================================
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_backward_equals_the_derivative_formula(dtype):
+    rng = np.random.default_rng(3)
+    h = np.concatenate([np.linspace(-12, 12, 2401), rng.standard_normal(4998) * 4, [0.0]])
+    h = h.astype(dtype).reshape(-1, 10)  # 7400 values
+    grad = rng.standard_normal(h.shape).astype(dtype)
+    dh = kgelu.gelu_backward(h, kgelu.gelu(h), grad)
+    assert dh.dtype == dtype and dh.shape == h.shape
+    ref = grad.astype(np.float64) * _gelu_derivative(h)
+    err = np.abs(dh - ref)
+    print("max abs err", err.max())
+    # GELU' is in [-0.17, 1.13]: float32 a few roundings of ~1, float64 a few 1e-16
+    atol = 5e-7 if dtype == np.float32 else 1e-15
+    assert np.all(err <= atol * np.maximum(1.0, np.abs(grad)))
+
+
+def test_gelu_backward_at_zero_is_half_the_gradient():
+    for dtype in (np.float32, np.float64):
+        h = np.zeros(3, dtype)
+        grad = np.array([1.0, -2.0, 4.0], dtype)
+        np.testing.assert_array_equal(kgelu.gelu_backward(h, kgelu.gelu(h), grad), 0.5 * grad)
+
+
+def test_gelu_backward_matches_a_finite_difference_of_the_forward():
+    h = np.linspace(-6, 6, 241)
+    grad = np.random.default_rng(4).standard_normal(h.shape)
+    step = 1e-5
+    numeric = (kgelu.gelu(h + step) - kgelu.gelu(h - step)) / (2 * step) * grad
+    dh = kgelu.gelu_backward(h, kgelu.gelu(h), grad)
+    err = np.abs(dh - numeric).max()
+    print("max abs err", err)
+    assert err <= 1e-9
+
+
+# ============================================================================================
+# softmax_inplace
+# ============================================================================================
+
+
+def _scores(dtype, axis):
+    """Scores of shape (3, 4, 6) with -inf entries and one slice all -inf along ``axis``."""
+    x = np.random.default_rng(5).standard_normal((3, 4, 6)) * 3
+    x[0, 1, 2] = x[2, 3, 0] = x[1, 0, 5] = -np.inf
+    blocked = [slice(None) if d == axis % x.ndim else 1 for d in range(x.ndim)]
+    x[tuple(blocked)] = -np.inf
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("axis", [-1, 0, 1])
+@pytest.mark.parametrize(
+    ("shift", "normalise", "give_max"), list(itertools.product([True, False], repeat=3))
+)
+def test_softmax_inplace_equals_softmax_for_every_switch(dtype, axis, shift, normalise, give_max):
+    x = _scores(dtype, axis)
+    s = x.copy()
+    row_max = np.max(s, axis=axis, keepdims=True) if give_max else None
+    total = softmax_inplace(s, axis, row_max, shift=shift, normalise=normalise)
+    rtol, atol = (2e-6, 1e-7) if dtype == np.float32 else (1e-14, 1e-16)
+
+    # the sums of the slices: of exp(x - max) with the max subtracted, of exp(x) without; 1 for
+    # the all -inf slice
+    x64 = x.astype(np.float64)
+    m = np.max(x64, axis=axis, keepdims=True) if shift else np.zeros(())
+    m = np.where(np.isneginf(m), 0.0, m)
+    expected_total = np.sum(np.exp(x64 - m), axis=axis, keepdims=True)
+    expected_total[expected_total == 0] = 1
+    assert total.dtype == dtype and total.shape == expected_total.shape
+    np.testing.assert_allclose(total, expected_total, rtol=rtol)
+
+    # the weights: in s, or s / total when the kernel left the division to the caller
+    weights = s if normalise else s / total
+    assert s.dtype == dtype
+    np.testing.assert_allclose(weights, functional.softmax(x, axis=axis), rtol=rtol, atol=atol)
+    blocked = np.all(np.isneginf(x), axis=axis, keepdims=True)
+    assert np.all(np.where(np.broadcast_to(blocked, x.shape), weights, 0) == 0)
+    assert np.all(weights[np.isneginf(x)] == 0)
