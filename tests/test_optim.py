@@ -1,16 +1,351 @@
-"""Adam, the warm-up schedule and gradient clipping against PyTorch."""
+"""optim.py: Adam, the warm-up schedule of the paper and gradient clipping.
+
+Sections: values, errors (bad input: a clear ValueError or TypeError, or FloatingPointError for a
+non-finite gradient, and never a half-updated optimiser), reference (against PyTorch).
+"""
+
+from __future__ import annotations
 
 import math
 
 import numpy as np
 import pytest
-import torch
 
 from transformer_np.optim import Adam, NoamSchedule, clip_grad_norm, global_norm, noam_lr
 
 
+def opt_state(opt):
+    return opt.m.copy(), opt.v.copy(), opt.t
+
+
+def assert_opt_unchanged(opt, state):
+    m, v, t = state
+    np.testing.assert_array_equal(opt.m, m)
+    np.testing.assert_array_equal(opt.v, v)
+    assert opt.t == t
+
+
+def stepped_optimizer():
+    """Adam on two parameters (4 scalars), after one step."""
+    params = {"a": np.array([1.0, 2.0]), "b": np.array([[3.0], [4.0]])}
+    opt = Adam(params, lr=0.1)
+    opt.step({"a": np.array([0.5, -0.5]), "b": np.array([[1.0], [2.0]])})
+    return opt
+
+
+def two_params():
+    """Two parameters of zeros and Adam on them, after one step."""
+    params = {"a": np.zeros(2), "b": np.zeros(4)}
+    opt = Adam(params, lr=0.1)
+    opt.step({"a": np.ones(2), "b": np.ones(4)})
+    return params, opt
+
+
+# ============================================================================================
+# values
+# ============================================================================================
+
+
+def test_adam_updates_arrays_in_place_so_layers_see_new_values():
+    w = np.ones(3)
+    opt = Adam({"w": w}, lr=0.1)
+    opt.step({"w": np.ones(3)})
+    assert np.allclose(w, 0.9)
+
+
+def test_adam_with_noam_schedule_uses_the_step_count():
+    sched = NoamSchedule(d_model=16, warmup_steps=10, factor=2.0)
+    opt = Adam({"w": np.zeros(2)}, lr=sched)
+    assert opt.current_lr() == pytest.approx(sched(1))
+    opt.step({"w": np.ones(2)})
+    assert opt.current_lr() == pytest.approx(sched(2))
+
+
+def test_step_accepts_integer_gradients_and_a_schedule_for_lr():
+    w = {"x": np.array([1.0, -2.0])}
+    opt = Adam(w, lr=0.1)
+    opt.step({"x": np.array([1, -1])}, lr=lambda step: 0.1 * step)
+    assert w["x"].round(3).tolist() == [0.9, -1.9]
+
+
+def test_check_holds_accepts_the_very_arrays_of_the_optimiser():
+    params = {"a": np.zeros(2), "b": np.zeros(3)}
+    opt = Adam(params)
+    assert opt.check_holds(params) is None
+    assert opt.check_holds(dict(reversed(params.items()))) is None  # the order does not matter
+
+
+def test_noam_schedule_warms_up_linearly_then_decays_as_inverse_sqrt():
+    d, w = 512, 4000
+    assert noam_lr(1, d, w) * 2 == pytest.approx(noam_lr(2, d, w))
+    peak = noam_lr(w, d, w)
+    assert peak == pytest.approx(1 / math.sqrt(d * w))
+    assert max(noam_lr(s, d, w) for s in range(1, 3 * w, 97)) <= peak * (1 + 1e-12)
+    assert noam_lr(4 * w, d, w) == pytest.approx(peak / 2)
+
+
+def test_noam_accepts_numpy_integers():
+    assert noam_lr(np.int64(4000), np.int64(512)) == pytest.approx(noam_lr(4000, 512))
+
+
+def test_clip_leaves_small_gradients_alone():
+    g = {"a": np.array([0.1, 0.2])}
+    clip_grad_norm(g, 1.0)
+    assert g["a"].tolist() == [0.1, 0.2]
+
+
+def test_global_norm_of_integer_gradients_does_not_overflow():
+    assert global_norm({"a": np.array([30, 40])}) == 50.0
+    assert global_norm({"a": np.array([2**40, 0], dtype=np.int64)}) == 2.0**40
+
+
+# ============================================================================================
+# errors
+# ============================================================================================
+
+# -------------------------------------------------------------------- Adam hyperparameters
+
+
+@pytest.mark.parametrize("lr", [0.0, -1e-3, float("nan"), "fast"])
+def test_non_positive_learning_rate_is_rejected(lr):
+    with pytest.raises(ValueError, match="lr must be a positive finite number"):
+        Adam({"w": np.zeros(2)}, lr=lr)
+
+
+@pytest.mark.parametrize("lr", [float("inf"), True, None, "0.1"])
+def test_bad_lr_at_construction(lr):
+    with pytest.raises(ValueError, match="lr must be a positive finite number"):
+        Adam({"w": np.ones(2)}, lr=lr)
+
+
+@pytest.mark.parametrize("wd", [float("nan"), float("inf"), -0.1, "0", None, True])
+def test_bad_weight_decay_is_refused_at_construction(wd):
+    with pytest.raises(ValueError, match="weight_decay must be a finite number >= 0"):
+        Adam({"w": np.ones(2)}, weight_decay=wd)
+
+
+@pytest.mark.parametrize(
+    ("betas", "error", "message"),
+    [
+        ((0.9,), ValueError, r"betas must be a pair \(beta1, beta2\).*\(0\.9,\)"),
+        (0.9, TypeError, r"betas must be a pair \(beta1, beta2\).*float"),
+        ("ab", TypeError, "betas must be a pair"),
+        ((0.9, 0.98, 0.5), ValueError, "betas must be a pair"),
+        ((0.9, float("nan")), ValueError, r"betas\[1\] must be a number in \[0, 1\), got nan"),
+        ((1.0, 0.9), ValueError, r"betas\[0\] must be a number in \[0, 1\), got 1\.0"),
+        (("0.9", 0.98), ValueError, r"betas\[0\] must be a number in \[0, 1\).*str"),
+        ((0.9, None), ValueError, r"betas\[1\] must be a number"),
+    ],
+)
+def test_bad_betas(betas, error, message):
+    with pytest.raises(error, match=message):
+        Adam({"w": np.ones(2)}, betas=betas)
+
+
+@pytest.mark.parametrize("eps", [0.0, float("nan"), float("inf"), "1e-9", None])
+def test_bad_eps(eps):
+    with pytest.raises(ValueError, match="eps must be a positive finite number"):
+        Adam({"w": np.ones(2)}, eps=eps)
+
+
+# ------------------------------------------------------------------------------- Adam.step
+
+
+def test_schedule_returning_non_positive_lr_is_rejected_at_step():
+    opt = Adam({"w": np.zeros(2)}, lr=lambda step: 0.0)
+    with pytest.raises(ValueError, match="lr must be a positive"):
+        opt.step({"w": np.ones(2)})
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_gradient_is_refused_and_nothing_changes(bad):
+    params, opt = two_params()
+    before = {k: v.copy() for k, v in params.items()}
+    state = opt_state(opt)
+    g = np.ones(4)
+    g[2] = bad
+    with pytest.raises(FloatingPointError, match=r"grads\['b'\] contains (NaN|inf).*\(2,\)"):
+        opt.step({"a": np.ones(2), "b": g})
+    assert_opt_unchanged(opt, state)
+    for k, v in params.items():
+        np.testing.assert_array_equal(v, before[k])
+
+
+def test_gradient_that_overflows_the_parameter_dtype_is_refused():
+    params = {"w": np.zeros(2, dtype=np.float32)}
+    opt = Adam(params, lr=0.1)
+    with pytest.raises(FloatingPointError, match=r"grads\['w'\] overflows float32"):
+        opt.step({"w": np.array([1e300, 1.0])})
+    assert opt.t == 0 and not opt.m.any() and not params["w"].any()
+
+
+@pytest.mark.parametrize(
+    ("grads", "error", "message"),
+    [
+        (
+            {"a": np.arange(4.0), "b": np.arange(2.0)},
+            ValueError,
+            r"grads\['a'\] must have the shape of params\['a'\], \(2,\), got \(4,\)",
+        ),
+        ({"a": np.ones(2), "b": np.ones(5)}, ValueError, r"grads\['b'\] must have the shape"),
+        ({"a": np.ones((2, 1)), "b": np.ones(4)}, ValueError, r"got \(2, 1\)"),
+        (
+            {"a": np.array(["x", "y"]), "b": np.ones(4)},
+            TypeError,
+            r"grads\['a'\] must be an array of real numbers",
+        ),
+        ({"a": np.ones(2, bool), "b": np.ones(4)}, TypeError, r"grads\['a'\].*dtype bool"),
+        ({"a": np.ones(2)}, ValueError, r"missing \['b'\]"),
+        ([np.ones(2), np.ones(4)], TypeError, "grads must be a dict"),
+    ],
+)
+def test_bad_gradients_are_refused_before_any_change(grads, error, message):
+    params, opt = two_params()
+    before = {k: v.copy() for k, v in params.items()}
+    state = opt_state(opt)
+    with pytest.raises(error, match=message):
+        opt.step(grads)
+    assert_opt_unchanged(opt, state)
+    for k, v in params.items():
+        np.testing.assert_array_equal(v, before[k])
+
+
+@pytest.mark.parametrize("lr", ["0.1", 0.0, float("nan"), lambda step: -1.0])
+def test_bad_lr_argument_of_step_changes_nothing(lr):
+    params, opt = two_params()
+    before = {k: v.copy() for k, v in params.items()}
+    state = opt_state(opt)
+    with pytest.raises(ValueError, match="lr must be a positive finite number"):
+        opt.step({"a": np.ones(2), "b": np.ones(4)}, lr=lr)
+    assert_opt_unchanged(opt, state)
+    for k, v in params.items():
+        np.testing.assert_array_equal(v, before[k])
+
+
+# ------------------------------------------------------------------------ Adam.check_holds
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"a": np.zeros(2), "b": np.zeros(3)}, r"2 of 2 arrays \(first 'a'\) are not the model's"),
+        ({"a": np.zeros(2)}, r"holds other parameter names.*\['b'\] are not the model's"),
+        ([np.zeros(2)], "the parameters must be a dict name -> ndarray, got list"),
+    ],
+)
+def test_check_holds_refuses_other_arrays_and_says_why(params, message):
+    opt = Adam({"a": np.zeros(2), "b": np.zeros(3)})
+    with pytest.raises(ValueError, match=r"optimizer was not built on this model's parameters"):
+        opt.check_holds(params)
+    with pytest.raises(ValueError, match=message):
+        opt.check_holds(params)
+
+
+# ------------------------------------------------------------------ Adam.load_state_dict
+
+
+def test_load_state_dict_without_t_changes_nothing():
+    opt = stepped_optimizer()
+    state = opt_state(opt)
+    with pytest.raises(ValueError, match=r"state must have exactly the keys.*missing \['t'\]"):
+        opt.load_state_dict({"m": np.ones(4), "v": np.ones(4)})
+    assert_opt_unchanged(opt, state)
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        ({"m": np.ones(2)}, ValueError, r"state\['m'\] must have shape \(4,\).*got \(2,\)"),
+        ({"v": np.ones((2, 2))}, ValueError, r"state\['v'\] must have shape \(4,\)"),
+        ({"m": np.array([1.0, np.nan, 0, 0])}, ValueError, r"state\['m'\] contains NaN"),
+        ({"v": np.array([1.0, np.inf, 0, 0])}, ValueError, r"state\['v'\] contains inf"),
+        ({"v": -np.ones(4)}, ValueError, r"state\['v'\] must be >= 0"),
+        ({"m": np.array(["a"] * 4)}, TypeError, r"state\['m'\] must be an array of real numbers"),
+        ({"t": -1}, ValueError, r"state\['t'\] must be an integer >= 0.*-1"),
+        ({"t": 1.5}, ValueError, r"state\['t'\] must be an integer >= 0.*float"),
+        ({"t": np.array(True)}, ValueError, r"state\['t'\] must be an integer >= 0"),
+        ({"extra": np.ones(1)}, ValueError, r"unexpected \['extra'\]"),
+    ],
+)
+def test_load_state_dict_checks_everything_before_copying(change, error, message):
+    opt = stepped_optimizer()
+    state = opt_state(opt)
+    bad = {"m": np.full(4, 7.0), "v": np.full(4, 7.0), "t": np.array(9)} | change
+    with pytest.raises(error, match=message):
+        opt.load_state_dict(bad)
+    assert_opt_unchanged(opt, state)
+
+
+def test_load_state_dict_rejects_a_non_dict_and_still_round_trips():
+    opt = stepped_optimizer()
+    with pytest.raises(TypeError, match="state must be a dict with keys 'm', 'v' and 't'"):
+        opt.load_state_dict([1, 2, 3])
+    other = Adam({"a": np.zeros(2), "b": np.zeros((2, 1))})
+    other.load_state_dict(opt.state_dict())
+    np.testing.assert_array_equal(other.m, opt.m)
+    assert other.t == opt.t == 1
+
+
+# ------------------------------------------------------------------ schedule and clipping
+
+
+def test_bad_arguments_raise_clear_errors():
+    with pytest.raises(ValueError, match="step must be >= 1"):
+        noam_lr(0, 64)
+    with pytest.raises(ValueError, match="warmup_steps"):
+        NoamSchedule(64, warmup_steps=0)
+    with pytest.raises(ValueError, match="max_norm"):
+        clip_grad_norm({"a": np.ones(2)}, 0)
+    with pytest.raises(ValueError, match="missing"):
+        Adam({"w": np.zeros(2)}).step({"v": np.zeros(2)})
+    with pytest.raises(TypeError, match="floating-point"):
+        Adam({"w": np.zeros(2, dtype=int)})
+
+
+@pytest.mark.parametrize("step", [None, float("nan"), float("inf"), "3", 1.5, True, 2.0])
+def test_noam_step_must_be_a_positive_integer(step):
+    with pytest.raises(ValueError, match=r"step must be a positive integer.*counted from 1"):
+        noam_lr(step, 64)
+
+
+@pytest.mark.parametrize("name", ["d_model", "warmup_steps", "factor"])
+@pytest.mark.parametrize("value", ["64", None, True, float("nan")])
+def test_noam_hyperparameters_must_be_numbers(name, value):
+    kwargs = {"d_model": 64, "warmup_steps": 100, "factor": 1.0, name: value}
+    with pytest.raises(ValueError, match=f"{name} must be a positive finite number"):
+        NoamSchedule(**kwargs)
+    with pytest.raises(ValueError, match=f"{name} must be a positive finite number"):
+        noam_lr(1, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("grads", "error", "message"),
+    [
+        ({"a": np.array([30, 40])}, TypeError, r"grads\['a'\] must be a floating-point ndarray"),
+        ({"a": [3.0, 4.0]}, TypeError, r"grads\['a'\] must be a floating-point ndarray.*list"),
+        ([np.ones(2)], TypeError, "grads must be a dict"),
+    ],
+)
+def test_clip_grad_norm_bad_gradients(grads, error, message):
+    with pytest.raises(error, match=message):
+        clip_grad_norm(grads, 1.0)
+
+
+def test_clip_grad_norm_checks_every_gradient_before_scaling_any():
+    big = np.array([30.0, 40.0])
+    with pytest.raises(TypeError, match=r"grads\['b'\]"):
+        clip_grad_norm({"a": big, "b": np.array([1, 2])}, 1.0)
+    assert big.tolist() == [30.0, 40.0]
+
+
+# ============================================================================================
+# reference (PyTorch)
+# ============================================================================================
+
+
 @pytest.mark.parametrize("weight_decay", [0.0, 0.01])
 def test_adam_matches_torch_over_several_steps(weight_decay):
+    torch = pytest.importorskip("torch")
     rng = np.random.default_rng(0)
     params = {"w": rng.normal(size=(3, 4)), "b": rng.normal(size=(4,))}
     tparams = [
@@ -30,31 +365,8 @@ def test_adam_matches_torch_over_several_steps(weight_decay):
     np.testing.assert_allclose(params["b"], tparams[1].detach().numpy(), atol=1e-12)
 
 
-def test_adam_updates_arrays_in_place_so_layers_see_new_values():
-    w = np.ones(3)
-    opt = Adam({"w": w}, lr=0.1)
-    opt.step({"w": np.ones(3)})
-    assert np.allclose(w, 0.9)
-
-
-def test_adam_with_noam_schedule_uses_the_step_count():
-    sched = NoamSchedule(d_model=16, warmup_steps=10, factor=2.0)
-    opt = Adam({"w": np.zeros(2)}, lr=sched)
-    assert opt.current_lr() == pytest.approx(sched(1))
-    opt.step({"w": np.ones(2)})
-    assert opt.current_lr() == pytest.approx(sched(2))
-
-
-def test_noam_schedule_warms_up_linearly_then_decays_as_inverse_sqrt():
-    d, w = 512, 4000
-    assert noam_lr(1, d, w) * 2 == pytest.approx(noam_lr(2, d, w))
-    peak = noam_lr(w, d, w)
-    assert peak == pytest.approx(1 / math.sqrt(d * w))
-    assert max(noam_lr(s, d, w) for s in range(1, 3 * w, 97)) <= peak * (1 + 1e-12)
-    assert noam_lr(4 * w, d, w) == pytest.approx(peak / 2)
-
-
 def test_noam_schedule_matches_torch_lambda_lr():
+    torch = pytest.importorskip("torch")
     d, w = 64, 50
     p = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([p], lr=1.0)
@@ -68,6 +380,7 @@ def test_noam_schedule_matches_torch_lambda_lr():
 
 
 def test_clip_grad_norm_matches_torch():
+    torch = pytest.importorskip("torch")
     rng = np.random.default_rng(1)
     grads = {"a": rng.normal(size=(5, 3)) * 10, "b": rng.normal(size=(7,)) * 10}
     tp = [
@@ -81,34 +394,3 @@ def test_clip_grad_norm_matches_torch():
     assert norm == pytest.approx(tnorm.item(), rel=1e-12)
     np.testing.assert_allclose(grads["a"], tp[0].grad.numpy(), rtol=1e-12)
     assert global_norm(grads) == pytest.approx(1.5, rel=1e-6)
-
-
-def test_clip_leaves_small_gradients_alone():
-    g = {"a": np.array([0.1, 0.2])}
-    clip_grad_norm(g, 1.0)
-    assert g["a"].tolist() == [0.1, 0.2]
-
-
-@pytest.mark.parametrize("lr", [0.0, -1e-3, float("nan"), "fast"])
-def test_non_positive_learning_rate_is_rejected(lr):
-    with pytest.raises(ValueError, match="lr must be a positive finite number"):
-        Adam({"w": np.zeros(2)}, lr=lr)
-
-
-def test_schedule_returning_non_positive_lr_is_rejected_at_step():
-    opt = Adam({"w": np.zeros(2)}, lr=lambda step: 0.0)
-    with pytest.raises(ValueError, match="lr must be a positive"):
-        opt.step({"w": np.ones(2)})
-
-
-def test_bad_arguments_raise_clear_errors():
-    with pytest.raises(ValueError, match="step must be >= 1"):
-        noam_lr(0, 64)
-    with pytest.raises(ValueError, match="warmup_steps"):
-        NoamSchedule(64, warmup_steps=0)
-    with pytest.raises(ValueError, match="max_norm"):
-        clip_grad_norm({"a": np.ones(2)}, 0)
-    with pytest.raises(ValueError, match="missing"):
-        Adam({"w": np.zeros(2)}).step({"v": np.zeros(2)})
-    with pytest.raises(TypeError, match="floating-point"):
-        Adam({"w": np.zeros(2, dtype=int)})

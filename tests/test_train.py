@@ -1,27 +1,29 @@
-"""Training loop, progress bar, NaN guard, checkpoints, and the demos in miniature."""
+"""train.py: one step (train_step), the loop (fit) with its progress bar and NaN guard, and the
+demos in miniature.
+
+Sections: values, then errors (bad arguments of train_step and fit, the checkpoint path checked
+before training, divergence). The optimiser is tested in test_optim.py, saving and loading in
+test_checkpoints.py.
+"""
 
 from __future__ import annotations
 
+import importlib
 import io
-import zipfile
+import re
 
 import numpy as np
 import pytest
 
-from transformer_np.losses import CrossEntropyLoss
-from transformer_np.model import LanguageModel, LanguageModelConfig, Transformer, TransformerConfig
+from transformer_np.checkpoints import load_model, save_model
+from transformer_np.losses import CrossEntropyLoss, cross_entropy
+from transformer_np.model import LanguageModel, LanguageModelConfig
 from transformer_np.optim import Adam
-from transformer_np.train import (
-    ProgressBar,
-    TrainingDiverged,
-    fit,
-    load_model,
-    save_model,
-    train_step,
-)
+from transformer_np.train import TrainingDiverged, fit, train_step
 
 
 def tiny_lm(**kw):
+    """A float32 language model of 6 tokens, small enough for 60 steps in a test."""
     cfg = {"vocab_size": 6, "d_model": 16, "n_heads": 2, "n_layers": 1, "max_len": 16}
     cfg.update(kw)
     return LanguageModel(LanguageModelConfig(**cfg), rng=0)
@@ -31,6 +33,45 @@ def cyclic_batch(step=None):
     """Next-token prediction on the sequence 0 1 2 3 4 5 0 1 2 ... (a deterministic task)."""
     x = (np.arange(12)[None, :] + np.arange(8)[:, None]) % 6  # (8, 12), shifted copies
     return x[:, :-1], x[:, 1:]
+
+
+def float64_lm(seed=0):
+    """A float64 language model of 10 tokens, for the error tests."""
+    cfg = LanguageModelConfig(vocab_size=10, d_model=8, n_heads=2, max_len=6, dtype="float64")
+    return LanguageModel(cfg, rng=seed)
+
+
+IDS = np.array([[1, 2, 3, 4, 5], [5, 4, 3, 2, 1]])
+BATCH = (IDS, (IDS + 1) % 10)
+
+
+def run_fit(lm=None, **kwargs):
+    """Two steps of ``fit`` on ``BATCH``, no progress bar; ``kwargs`` override the arguments."""
+    lm = float64_lm() if lm is None else lm
+    args = {"steps": 2, "optimizer": Adam(lm.parameters()), "progress": False}
+    args.update(kwargs)
+    return fit(lm, lambda step: BATCH, **args)
+
+
+def snapshot(model):
+    return {k: v.copy() for k, v in model.parameters().items()}
+
+
+def assert_unchanged(model, before):
+    for k, v in model.parameters().items():
+        np.testing.assert_array_equal(v, before[k], err_msg=k)
+
+
+class Terminal(io.StringIO):
+    """A text stream that says it is a terminal."""
+
+    def isatty(self):
+        return True
+
+
+# ============================================================================================
+# values
+# ============================================================================================
 
 
 def test_fit_learns_a_deterministic_sequence():
@@ -63,26 +104,11 @@ def test_fit_accepts_an_iterable_and_stops_on_callback_and_evaluates():
     assert not model.training
 
 
-def test_progress_bar_writes_to_the_given_stream():
-    out = io.StringIO()
-    model = tiny_lm()
-    fit(model, cyclic_batch, steps=20, optimizer=Adam(model.parameters()), stream=out)
-    text = out.getvalue()
-    assert "20/20" in text and "loss=" in text and "it/s" in text
-    assert len(text.splitlines()) <= 11  # not a tty: about one line per 10%
-
-
-def test_progress_bar_redraws_in_place_on_a_terminal():
-    class Tty(io.StringIO):
-        def isatty(self):
-            return True
-
-    out = Tty()
-    bar = ProgressBar(3, desc="x", stream=out)
-    for _ in range(3):
-        bar.update()
-    bar.close()
-    assert "\r" in out.getvalue() and "3/3" in out.getvalue()
+@pytest.mark.parametrize("mode", [True, False])
+def test_fit_restores_the_mode_the_model_had(mode):
+    lm = float64_lm().train(mode)
+    run_fit(lm, eval_fn=lambda m: {"n": 1})
+    assert lm.training is mode
 
 
 def test_train_step_clips_the_gradient():
@@ -94,119 +120,55 @@ def test_train_step_clips_the_gradient():
     assert total == pytest.approx(1e-3, rel=1e-3)
 
 
-# --------------------------------------------------------------------------------------------
-# divergence
-
-
-def test_nan_loss_stops_training_with_a_message_and_saves_nothing(tmp_path):
+def test_progress_bar_writes_to_the_given_stream():
+    out = io.StringIO()
     model = tiny_lm()
-    opt = Adam(model.parameters(), lr=1e-3)
-
-    def poison(step, history):
-        if step == 3:
-            model.parameters()["embed.W"][0, 0] = np.nan
-        return False
-
-    path = tmp_path / "model.npz"
-    with pytest.raises(TrainingDiverged, match=r"diverged at step 4.*nothing was saved"):
-        fit(
-            model,
-            cyclic_batch,
-            steps=10,
-            optimizer=opt,
-            callback=poison,
-            checkpoint=path,
-            progress=False,
-        )
-    assert not path.exists()
-    with pytest.raises(ValueError, match="refusing to save a diverged model"):
-        save_model(path, model)
-    assert not path.exists()
+    fit(model, cyclic_batch, steps=20, optimizer=Adam(model.parameters()), stream=out)
+    text = out.getvalue()
+    assert "20/20" in text and "loss=" in text and "it/s" in text
+    draws = [line for line in re.split(r"[\r\n]", text) if line.strip()]  # tqdm redraws on "\r"
+    assert len(draws) <= 11  # not a tty: about one draw per 10%
+    assert "20/20" in draws[-1] and "loss=" in draws[-1]
 
 
-def test_non_finite_gradient_leaves_the_parameters_untouched():
-    class NanGradient(CrossEntropyLoss):
-        def backward(self, grad_output=1.0):
-            g = super().backward(grad_output).copy()
-            g[0, 0, 0] = np.inf
-            return g
-
+def test_progress_bar_redraws_in_place_on_a_terminal():
+    out = Terminal()
     model = tiny_lm()
-    opt = Adam(model.parameters(), lr=1e-3)
-    before = {k: v.copy() for k, v in model.parameters().items()}
-    with pytest.raises(TrainingDiverged, match="gradient norm"):
-        train_step(model, cyclic_batch(), opt, NanGradient())
-    for k, v in model.parameters().items():
-        np.testing.assert_array_equal(v, before[k])
-    assert opt.t == 0
+    fit(model, cyclic_batch, steps=3, optimizer=Adam(model.parameters()), stream=out, desc="x")
+    assert "\r" in out.getvalue() and "3/3" in out.getvalue()
+    assert out.getvalue().lstrip("\r").startswith("x:")  # the label, then the bar
 
 
-def test_huge_learning_rate_diverges_cleanly_or_stays_finite():
-    """With lr = 1e4 and no clipping training explodes; it must end in TrainingDiverged (never
-    with NaN parameters), or else stay finite."""
-    model = tiny_lm(norm_first=False)
-    opt = Adam(model.parameters(), lr=1e4)
-    try:
-        fit(model, cyclic_batch, steps=30, optimizer=opt, clip_norm=None, progress=False)
-    except TrainingDiverged:
-        pass
-    for v in model.parameters().values():
-        assert np.isfinite(v).all()
-
-
-def test_fit_rejects_bad_arguments():
+def test_progress_bar_shows_the_evaluations_on_lines_of_their_own():
+    out = io.StringIO()
     model = tiny_lm()
-    with pytest.raises(ValueError, match="steps must be a positive integer"):
-        fit(model, cyclic_batch, steps=0, optimizer=Adam(model.parameters()))
+    fit(
+        model,
+        cyclic_batch,
+        steps=10,
+        optimizer=Adam(model.parameters()),
+        eval_fn=lambda m: {"val": 0.25, "n": 3},
+        eval_every=5,
+        stream=out,
+    )
+    lines = re.split(r"[\r\n]", out.getvalue())  # the bar is redrawn after "\r"
+    assert "step 5: val=0.25 n=3" in lines and "step 10: val=0.25 n=3" in lines
 
 
-# --------------------------------------------------------------------------------------------
-# checkpoints
-
-
-@pytest.mark.parametrize("kind", ["lm", "seq2seq"])
-def test_save_and_load_round_trip_without_pickle(tmp_path, kind):
-    if kind == "lm":
-        model = tiny_lm(tie_embeddings=False, dropout=0.1)
-        inputs = (np.array([[1, 2, 3]]),)
-    else:
-        cfg = TransformerConfig(
-            src_vocab_size=7,
-            tgt_vocab_size=8,
-            d_model=16,
-            n_heads=2,
-            norm_first=True,
-            tie_embeddings=True,
-        )
-        model = Transformer(cfg, rng=1)
-        inputs = (np.array([[3, 4, 0]]), np.array([[1, 5]]))
-    path = tmp_path / "ckpt.npz"
-    save_model(path, model, extra={"vocab": np.array(list("abcdef"))})
-    loaded, extra = load_model(path, return_extra=True)
-    assert type(loaded) is type(model) and loaded.config == model.config
-    np.testing.assert_array_equal(loaded(*inputs), model.eval()(*inputs))
-    assert extra["vocab"].tolist() == list("abcdef")
-    with np.load(path, allow_pickle=False) as data:  # plain arrays only
-        assert str(data["config"]).startswith("{")
-        assert all(data[k].dtype != object for k in data.files)
-    with zipfile.ZipFile(path) as z:
-        assert all(name.endswith(".npy") for name in z.namelist())
-
-
-def test_load_rejects_files_that_are_not_checkpoints(tmp_path):
-    path = tmp_path / "other.npz"
-    np.savez(path, a=np.zeros(3))
-    with pytest.raises(ValueError, match="not a transformer_np checkpoint"):
-        load_model(path)
-
-
-def test_save_rejects_object_arrays(tmp_path):
-    with pytest.raises(TypeError, match="pickle"):
-        save_model(tmp_path / "x.npz", tiny_lm(), extra={"bad": np.array([{}], dtype=object)})
-
-
-# --------------------------------------------------------------------------------------------
-# the demos, in miniature (the full runs are command-line scripts)
+def test_progress_false_writes_nothing():
+    out = io.StringIO()
+    model = tiny_lm()
+    fit(
+        model,
+        cyclic_batch,
+        steps=4,
+        optimizer=Adam(model.parameters()),
+        eval_fn=lambda m: {"val": 1.0},
+        eval_every=2,
+        progress=False,
+        stream=out,
+    )
+    assert out.getvalue() == ""
 
 
 def test_reverse_demo_learns_in_miniature():
@@ -253,8 +215,6 @@ def test_charlm_demo_improves_in_miniature():
 
 @pytest.mark.parametrize("module", ["reverse", "charlm"])
 def test_demo_command_lines_run_and_save_a_checkpoint(module, tmp_path, capsys):
-    import importlib
-
     demo = importlib.import_module(f"transformer_np.examples.{module}")
     path = tmp_path / f"{module}.npz"
     assert demo.main(["--quick", "--steps", "10", "--no-progress", "--save", str(path)]) == 0
@@ -264,10 +224,190 @@ def test_demo_command_lines_run_and_save_a_checkpoint(module, tmp_path, capsys):
     assert len(extra["loss"]) == 10
 
 
+# ============================================================================================
+# errors
+# ============================================================================================
+
+# -------------------------------------------------------------- bad arguments of train_step
+
+
+def test_train_step_refuses_an_optimizer_of_another_model():
+    lm, other = float64_lm(0), float64_lm(1)
+    opt = Adam(other.parameters(), lr=0.1)
+    lm_before, other_before = snapshot(lm), snapshot(other)
+    with pytest.raises(ValueError, match=r"optimizer was not built on this model's parameters"):
+        train_step(lm, BATCH, opt)
+    assert_unchanged(lm, lm_before)
+    assert_unchanged(other, other_before)
+    assert opt.t == 0
+
+
+def test_train_step_refuses_an_optimizer_of_copies():
+    lm = float64_lm()
+    opt = Adam({k: v.copy() for k, v in lm.parameters().items()})
+    with pytest.raises(ValueError, match="not the model's own arrays"):
+        train_step(lm, BATCH, opt)
+
+
+def test_train_step_refuses_something_that_is_not_an_optimizer():
+    lm = float64_lm()
+    with pytest.raises(TypeError, match=r"optimizer must be .*Adam\(model.parameters\(\)\)"):
+        train_step(lm, BATCH, lm.parameters())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"clip_norm": "1"}, TypeError, r"clip_norm must be a positive number or None.*'1'"),
+        ({"clip_norm": 0}, ValueError, "clip_norm must be a positive finite number or None"),
+        ({"clip_norm": float("nan")}, ValueError, "clip_norm must be a positive finite"),
+        (
+            {"loss_fn": cross_entropy},
+            TypeError,
+            r"loss_fn must be a loss object.*function cross_entropy.*CrossEntropyLoss\(\)",
+        ),
+    ],
+)
+def test_train_step_bad_arguments(kwargs, error, message):
+    lm = float64_lm()
+    opt = Adam(lm.parameters())
+    before = snapshot(lm)
+    with pytest.raises(error, match=message):
+        train_step(lm, BATCH, opt, **kwargs)
+    assert_unchanged(lm, before)
+    assert opt.t == 0
+
+
+@pytest.mark.parametrize(
+    ("batch", "error", "message"),
+    [
+        (IDS, TypeError, r"batch must be a tuple \(\*inputs, targets\), \(ids, next_ids\)"),
+        ((IDS,), ValueError, r"batch for a LanguageModel must have 2 elements.*got 1"),
+        ((IDS, IDS, IDS), ValueError, "must have 2 elements"),
+    ],
+)
+def test_train_step_bad_batch(batch, error, message):
+    lm = float64_lm()
+    with pytest.raises(error, match=message):
+        train_step(lm, batch, Adam(lm.parameters()))
+
+
+def test_loss_returning_a_tuple_is_a_clear_error():
+    class TupleLoss(CrossEntropyLoss):
+        def __call__(self, logits, targets):
+            return cross_entropy(logits, targets)
+
+    lm = float64_lm()
+    with pytest.raises(TypeError, match="loss_fn must return the loss as a number, got tuple"):
+        train_step(lm, BATCH, Adam(lm.parameters()), TupleLoss())
+
+
+# -------------------------------------------------------------------- bad arguments of fit
+
+
+def test_fit_rejects_bad_arguments():
+    model = tiny_lm()
+    with pytest.raises(ValueError, match="steps must be a positive integer"):
+        fit(model, cyclic_batch, steps=0, optimizer=Adam(model.parameters()))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"time_limit": "5"}, TypeError, "time_limit must be a positive number.*str"),
+        ({"time_limit": float("nan")}, ValueError, "time_limit must be a positive finite"),
+        ({"eval_every": -1}, ValueError, r"eval_every must be an integer >= 0.*-1"),
+        ({"eval_every": 1.5}, TypeError, r"eval_every must be an integer >= 0.*float"),
+        ({"eval_every": True}, TypeError, r"eval_every must be an integer >= 0.*bool"),
+        ({"steps": True}, TypeError, "steps must be a positive integer.*bool"),
+        ({"steps": 1.5}, TypeError, "steps must be a positive integer"),
+        ({"clip_norm": "1"}, TypeError, "clip_norm must be a positive number"),
+        ({"eval_fn": 3}, TypeError, "eval_fn must be a callable"),
+        ({"callback": "stop"}, TypeError, "callback must be a callable"),
+        ({"overwrite_checkpoint": "yes"}, TypeError, "overwrite_checkpoint must be True or"),
+        ({"stream": 2}, TypeError, r"stream must be a text stream with a write\(\) method.*int"),
+    ],
+)
+def test_fit_bad_arguments_fail_before_training(kwargs, error, message):
+    lm = float64_lm()
+    opt = Adam(lm.parameters())
+    before = snapshot(lm)
+    with pytest.raises(error, match=message):
+        run_fit(lm, optimizer=opt, **kwargs)
+    assert_unchanged(lm, before)
+    assert opt.t == 0
+
+
+def test_fit_refuses_batches_that_are_neither_callable_nor_iterable():
+    lm = float64_lm()
+    with pytest.raises(TypeError, match="batches must be a callable batches"):
+        fit(lm, 3, steps=1, optimizer=Adam(lm.parameters()), progress=False)
+
+
+def test_fit_refuses_an_optimizer_of_another_model_before_training():
+    lm, other = float64_lm(0), float64_lm(1)
+    with pytest.raises(ValueError, match="optimizer was not built on this model's parameters"):
+        run_fit(lm, optimizer=Adam(other.parameters()))
+
+
+def test_eval_fn_must_return_a_dict():
+    lm = float64_lm()
+    with pytest.raises(TypeError, match="eval_fn must return a dict of metrics.*got float 1.0"):
+        run_fit(lm, eval_fn=lambda m: 1.0)
+
+
+def test_fit_with_too_few_batches_says_how_many_were_used():
+    lm = float64_lm()
+    with pytest.raises(ValueError, match=r"batches ran out after 2 batch\(es\), but steps=3"):
+        fit(lm, [BATCH, BATCH], steps=3, optimizer=Adam(lm.parameters()), progress=False)
+
+
+def test_fit_restores_the_mode_after_an_error():
+    lm = float64_lm().train(True)
+
+    def broken(m):
+        raise RuntimeError("eval failed")
+
+    with pytest.raises(RuntimeError, match="eval failed"):
+        run_fit(lm, eval_fn=broken)
+    assert lm.training is True
+
+
+# ------------------------------------------------------- the checkpoint path, before training
+
+
+def test_fit_checks_the_checkpoint_directory_before_training(tmp_path):
+    lm = float64_lm()
+    opt = Adam(lm.parameters())
+    missing = tmp_path / "missing" / "m.npz"
+    with pytest.raises(FileNotFoundError, match=r"directory .*missing.* does not exist"):
+        run_fit(lm, optimizer=opt, checkpoint=missing)
+    assert opt.t == 0
+
+
+def test_fit_does_not_replace_an_existing_checkpoint_unless_allowed(tmp_path):
+    path = tmp_path / "m.npz"
+    path.write_bytes(b"the user's file")
+    lm = float64_lm()
+    opt = Adam(lm.parameters())
+    with pytest.raises(FileExistsError, match=r"m\.npz' already exists.*overwrite_checkpoint"):
+        run_fit(lm, optimizer=opt, checkpoint=path)
+    assert opt.t == 0  # refused before training
+    assert path.read_bytes() == b"the user's file"
+    run_fit(lm, optimizer=opt, checkpoint=path, overwrite_checkpoint=True)
+    np.testing.assert_array_equal(
+        load_model(path).parameters()["embed.W"], lm.parameters()["embed.W"]
+    )
+
+
+def test_fit_checkpoint_without_suffix_is_checked_as_npz(tmp_path):
+    (tmp_path / "m.npz").write_bytes(b"the user's file")
+    with pytest.raises(FileExistsError, match=r"m\.npz"):
+        run_fit(checkpoint=tmp_path / "m")
+
+
 @pytest.mark.parametrize("demo", ["reverse", "charlm"])
 def test_demo_save_keeps_an_existing_file_unless_overwrite(demo, tmp_path, capsys):
-    import importlib
-
     main = importlib.import_module(f"transformer_np.examples.{demo}").main
     mine = tmp_path / "mine.npz"
     mine.write_bytes(b"precious")
@@ -279,3 +419,92 @@ def test_demo_save_keeps_an_existing_file_unless_overwrite(demo, tmp_path, capsy
     with pytest.raises(SystemExit):
         main(["--quick", "--save", str(tmp_path / "missing" / "m.npz"), "--no-progress"])
     assert "does not exist" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ divergence
+
+
+def test_nan_loss_stops_training_with_a_message_and_saves_nothing(tmp_path):
+    model = tiny_lm()
+    opt = Adam(model.parameters(), lr=1e-3)
+
+    def poison(step, history):
+        if step == 3:
+            model.parameters()["embed.W"][0, 0] = np.nan
+        return False
+
+    path = tmp_path / "model.npz"
+    with pytest.raises(TrainingDiverged, match=r"diverged at step 4.*nothing was saved"):
+        fit(
+            model,
+            cyclic_batch,
+            steps=10,
+            optimizer=opt,
+            callback=poison,
+            checkpoint=path,
+            progress=False,
+        )
+    assert not path.exists()
+    with pytest.raises(ValueError, match="refusing to save a diverged model"):
+        save_model(path, model)
+    assert not path.exists()
+
+
+def test_non_finite_gradient_leaves_the_parameters_untouched():
+    class NanGradient(CrossEntropyLoss):
+        def backward(self, grad_output=1.0):
+            g = super().backward(grad_output).copy()
+            g[0, 0, 0] = np.inf
+            return g
+
+    model = tiny_lm()
+    opt = Adam(model.parameters(), lr=1e-3)
+    before = {k: v.copy() for k, v in model.parameters().items()}
+    with pytest.raises(TrainingDiverged, match="gradient norm"):
+        train_step(model, cyclic_batch(), opt, NanGradient())
+    for k, v in model.parameters().items():
+        np.testing.assert_array_equal(v, before[k])
+    assert opt.t == 0
+
+
+def test_huge_learning_rate_diverges_and_keeps_the_last_finite_parameters(tmp_path):
+    """With lr = 1e5 and no clipping, float32 training explodes within a few steps: the norm of
+    the gradients overflows to inf. fit must stop there with TrainingDiverged, keep the
+    parameters of the last finite step (all finite) and save nothing."""
+    model = tiny_lm(norm_first=False)
+    opt = Adam(model.parameters(), lr=1e5)
+    finished = {"step": 0, "params": snapshot(model)}
+
+    def remember(step, history):  # called after every step that ended well
+        finished["step"], finished["params"] = step, snapshot(model)
+
+    path = tmp_path / "model.npz"
+    with pytest.raises(TrainingDiverged, match=r"the gradient norm is inf") as diverged:
+        fit(
+            model,
+            cyclic_batch,
+            steps=30,
+            optimizer=opt,
+            clip_norm=None,
+            callback=remember,
+            checkpoint=path,
+            progress=False,
+        )
+    assert 1 <= finished["step"] < 29  # it trained, and diverged well before the end
+    assert f"diverged at step {finished['step'] + 1} (" in str(diverged.value)
+    assert opt.t == finished["step"]  # the diverging step made no update
+    for name, value in model.parameters().items():
+        assert np.isfinite(value).all(), name
+        np.testing.assert_array_equal(value, finished["params"][name], err_msg=name)
+    assert not path.exists()
+
+
+def test_divergence_is_still_reported_as_training_diverged(tmp_path):
+    lm = float64_lm()
+
+    def poison(step, history):
+        lm.parameters()["embed.W"][0, 0] = np.nan
+
+    with pytest.raises(TrainingDiverged, match="diverged at step 2"):
+        run_fit(lm, callback=poison, checkpoint=tmp_path / "m.npz")
+    assert not (tmp_path / "m.npz").exists()

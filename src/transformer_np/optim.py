@@ -108,6 +108,21 @@ def noam_lr(step, d_model, warmup_steps=4000, factor=1.0):
 class NoamSchedule:
     """The paper's warm-up schedule as a callable ``step -> lr`` (see :func:`noam_lr`).
 
+    Parameters
+    ----------
+    d_model : int
+        Model width; larger models get smaller rates.
+    warmup_steps : int
+        Length of the linear warm-up (4000 in the paper).
+    factor : float
+        Overall multiplier (1.0 in the paper; small models like larger values).
+
+    Raises
+    ------
+    ValueError
+        If ``d_model``, ``warmup_steps`` or ``factor`` is not a positive finite number (checked
+        here, not at the first step).
+
     Examples
     --------
     >>> sched = NoamSchedule(d_model=64, warmup_steps=100, factor=1.0)
@@ -164,8 +179,27 @@ def _grad_arrays(grads, name="grads", *, in_place=False):
 def global_norm(grads):
     """Euclidean norm of all gradients taken together, ``sqrt(sum_k ||g_k||^2)``.
 
-    ``grads`` is a dict of real numeric arrays (integer arrays are summed in float64). NaN or
-    inf in a gradient gives a NaN or inf norm.
+    Parameters
+    ----------
+    grads : dict of str to ndarray
+        Real numeric arrays (integer arrays are summed in float64, so they do not overflow).
+
+    Returns
+    -------
+    float
+        The norm; NaN or inf if a gradient holds NaN or inf, or if the sum of squares
+        overflows the gradients' dtype.
+
+    Raises
+    ------
+    TypeError
+        If ``grads`` is not a dict of real numeric arrays.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> global_norm({"a": np.array([3.0]), "b": np.array([[4.0]])})
+    5.0
     """
     total = 0.0
     for g in _grad_arrays(grads).values():
@@ -308,7 +342,7 @@ class Adam:
         n = int(self._offsets[-1])
         self.m = np.zeros(n, dtype=self.dtype)
         self.v = np.zeros(n, dtype=self.dtype)
-        self._tmp = np.empty(n, dtype=self.dtype)
+        self._update = np.empty(n, dtype=self.dtype)  # scratch space of step()
 
     @staticmethod
     def _check_betas(betas):
@@ -337,9 +371,22 @@ class Adam:
         return tuple(out)
 
     def current_lr(self, step=None):
-        """The learning rate used at ``step`` (default: the next step).
+        """The learning rate used at ``step``.
 
-        ValueError if a schedule returns something other than a positive finite number.
+        Parameters
+        ----------
+        step : int, optional
+            An optimiser step, counted from 1; default the next step (``self.t + 1``).
+
+        Returns
+        -------
+        float
+
+        Raises
+        ------
+        ValueError
+            If ``step`` is not an integer >= 1, or the schedule returns something other than a
+            positive finite number.
         """
         step = self.t + 1 if step is None else _check_step(step)
         if not callable(self.lr):
@@ -347,28 +394,55 @@ class Adam:
         lr = self.lr(step)
         return _check_positive("lr", lr, f" (returned by the schedule {self.lr!r} at step {step})")
 
-    def _not_holding(self, params) -> str | None:
-        """Why ``params`` are not the arrays this optimiser updates; None if they are.
+    def check_holds(self, params) -> None:
+        """Raise ValueError unless ``params`` are the very arrays this optimiser updates.
 
-        Compares identities, not values: an optimiser built on another model (or on copies of
-        the arrays) would train arrays that nobody reads.
+        The arrays are compared by identity, not by value: an optimiser built on another model,
+        or on copies of the arrays, would train arrays that nobody reads.
+
+        Parameters
+        ----------
+        params : dict of str to ndarray
+            The parameters that should be trained, usually ``model.parameters()``.
+
+        Raises
+        ------
+        ValueError
+            If ``params`` is not a dict, has other names than the optimiser's, or holds an array
+            that is not the one the optimiser updates (the message says which).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> w = {"x": np.zeros(2)}
+        >>> Adam(w).check_holds(w)  # the same arrays: nothing to say
+        >>> Adam(w).check_holds({"x": w["x"].copy()})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: optimizer was not built on this model's parameters: 1 of 1 arrays (first 'x')...
         """
         if not isinstance(params, Mapping):
-            return f"the parameters must be a dict name -> ndarray, got {_type_name(params)}"
-        if set(params) != set(self._names):
+            problem = f"the parameters must be a dict name -> ndarray, got {_type_name(params)}"
+        elif set(params) != set(self._names):
             missing = sorted(set(params) - set(self._names))
             extra = sorted(set(self._names) - set(params))
-            return (
+            problem = (
                 f"the optimiser holds other parameter names (the model's {missing[:3]} are "
                 f"missing, {extra[:3]} are not the model's)"
             )
-        foreign = [k for k, a in zip(self._names, self._arrays, strict=True) if params[k] is not a]
-        if foreign:
-            return (
+        else:
+            pairs = zip(self._names, self._arrays, strict=True)
+            foreign = [name for name, array in pairs if params[name] is not array]
+            if not foreign:
+                return
+            problem = (
                 f"{len(foreign)} of {len(self._names)} arrays (first {foreign[0]!r}) are not the "
                 "model's own arrays, so the update would not reach the model"
             )
-        return None
+        raise ValueError(
+            f"optimizer was not built on this model's parameters: {problem}; "
+            "build it with Adam(model.parameters()) of the model you train"
+        )
 
     def _check_grads(self, grads) -> np.ndarray:
         """Check ``grads`` and return them as one flat vector of ``self.dtype`` (a new array).
@@ -449,7 +523,7 @@ class Adam:
             lr = _check_positive("lr", lr, " (or a schedule step -> lr)")
         self.t += 1
         b1, b2 = self.betas
-        m, v, tmp = self.m, self.v, self._tmp
+        m, v, tmp = self.m, self.v, self._update
         m *= b1
         m += (1.0 - b1) * g
         np.multiply(g, g, out=g)
@@ -470,16 +544,30 @@ class Adam:
             p -= tmp[off[i] : off[i + 1]].reshape(p.shape)
 
     def state_dict(self):
-        """Moments and step count as plain arrays (for saving with ``np.savez``)."""
+        """Moments and step count as plain arrays (for saving with ``np.savez``).
+
+        Returns
+        -------
+        dict
+            ``m`` and ``v``, flat copies of the first and second moments (one value per scalar
+            parameter), and ``t``, the number of steps taken, as a 0-d array.
+        """
         return {"m": self.m.copy(), "v": self.v.copy(), "t": np.array(self.t)}
 
     def load_state_dict(self, state):
         """Restore what :meth:`state_dict` returned.
 
-        ``state`` must have exactly the keys ``m``, ``v`` (flat real arrays with one value per
-        scalar parameter, all finite, ``v >= 0``) and ``t`` (an integer >= 0). Everything is
-        checked before anything is copied: on an error (ValueError or TypeError) the optimiser
-        is left as it was.
+        Parameters
+        ----------
+        state : dict
+            Exactly the keys ``m``, ``v`` (flat real arrays with one value per scalar parameter,
+            all finite, ``v >= 0``) and ``t`` (an integer >= 0).
+
+        Raises
+        ------
+        TypeError, ValueError
+            If ``state`` is not such a dict. Everything is checked before anything is copied:
+            on an error the optimiser is left as it was.
         """
         if not isinstance(state, Mapping):
             raise TypeError(

@@ -23,11 +23,12 @@ from importlib import resources
 import numpy as np
 
 from .._kernels.threads import blas_single_threaded
+from ..checkpoints import save_model
 from ..decoding import generate
 from ..losses import cross_entropy
 from ..model import LanguageModel, LanguageModelConfig
 from ..optim import Adam, NoamSchedule
-from ..train import fit, save_model
+from ..train import fit
 from . import add_save_arguments, check_save_path, load_shipped
 
 __all__ = ["CharVocab", "load_text", "load_trained", "train_charlm"]
@@ -36,12 +37,30 @@ TEXT_FILE = "pinocchio_cap1-3.txt"
 
 
 def load_text() -> str:
-    """The Italian text shipped with the package (see ``examples/data/README.md``)."""
+    """The Italian text shipped with the package (see ``examples/data/README.md``).
+
+    Returns
+    -------
+    str
+        Chapters I-II and part of III of *Pinocchio*, about 10 000 characters.
+    """
     return (resources.files(__package__) / "data" / TEXT_FILE).read_text(encoding="utf-8")
 
 
 class CharVocab:
     """Characters <-> integer ids (sorted, so the mapping is reproducible).
+
+    Parameters
+    ----------
+    text : str
+        The text whose distinct characters make the vocabulary.
+
+    Attributes
+    ----------
+    chars : list of str
+        The characters, sorted: ``chars[i]`` has id ``i``.
+    index : dict of str to int
+        The id of each character.
 
     Examples
     --------
@@ -58,17 +77,38 @@ class CharVocab:
         return len(self.chars)
 
     def encode(self, text):
+        """The ids of the characters of ``text``, an int64 array; ValueError for unknown ones."""
         unknown = sorted(set(text) - set(self.index))
         if unknown:
             raise ValueError(f"characters not in the vocabulary: {unknown}")
         return np.array([self.index[c] for c in text], dtype=np.int64)
 
     def decode(self, ids):
+        """The text of a sequence of ids."""
         return "".join(self.chars[int(i)] for i in ids)
 
 
 def random_windows(ids, rng, batch_size, context):
-    """``batch_size`` random windows: inputs ``ids[s : s + context]``, targets shifted by one."""
+    """A random batch of windows of the text, for next-character prediction.
+
+    Parameters
+    ----------
+    ids : ndarray of shape (N,)
+        The text as character ids.
+    rng : numpy.random.Generator
+        Picks the window starts ``s``.
+    batch_size : int
+        Number of windows B.
+    context : int
+        Length T of each window.
+
+    Returns
+    -------
+    inputs : ndarray of shape (B, T)
+        ``ids[s : s + T]`` for each start ``s``.
+    targets : ndarray of shape (B, T)
+        The same windows shifted by one, ``ids[s + 1 : s + T + 1]``.
+    """
     starts = rng.integers(0, len(ids) - context - 1, size=batch_size)
     idx = starts[:, None] + np.arange(context + 1)[None, :]  # (B, context + 1)
     win = ids[idx]
@@ -76,7 +116,22 @@ def random_windows(ids, rng, batch_size, context):
 
 
 def validation_loss(model, ids, context, max_windows=64):
-    """Mean cross-entropy over consecutive windows of ``ids`` (at most ``max_windows``)."""
+    """Mean cross-entropy of next-character prediction over consecutive windows of ``ids``.
+
+    Parameters
+    ----------
+    model : LanguageModel
+    ids : ndarray of shape (N,)
+        Held-out text as character ids.
+    context : int
+        Length of each window.
+    max_windows : int
+        At most this many windows, from the start of ``ids``.
+
+    Returns
+    -------
+    float
+    """
     n = min((len(ids) - 1) // context, max_windows)
     x = ids[: n * context].reshape(n, context)
     y = ids[1 : n * context + 1].reshape(n, context)
@@ -103,11 +158,46 @@ def train_charlm(
     progress=True,
     stream=None,
 ):
-    """Train the character model; returns ``(model, vocab, history, samples)``.
+    """Train the character model on the first 90% of the text.
 
-    ``samples`` is a list of ``(step, text)``: the prompt continued by the model before
-    training (step 0) and every ``sample_every`` steps, always with the same random seed.
-    ``history["eval"]`` holds the validation loss at the same steps.
+    Parameters
+    ----------
+    steps : int
+        Optimiser steps.
+    context : int
+        Window length, also the model's ``max_len``.
+    batch_size : int
+        Windows per step.
+    d_model, n_layers, n_heads, dropout
+        The model's configuration (see :class:`~transformer_np.config.LanguageModelConfig`).
+    warmup, lr_factor : int, float
+        The learning-rate schedule, ``NoamSchedule(d_model, warmup, lr_factor)``.
+    sample_every : int
+        Continue the prompt and measure the validation loss every this many steps.
+    prompt : str
+        The beginning of every sample.
+    sample_len, temperature : int, float
+        Characters added to the prompt, and the sampling temperature.
+    time_limit : float, optional
+        Stop after this many seconds.
+    seed : int
+        Seeds the model, the batches and the samples.
+    progress : bool
+        Show the progress bar of :func:`~transformer_np.train.fit`.
+    stream : file-like, optional
+        Where the progress bar is written (default ``sys.stderr``).
+
+    Returns
+    -------
+    model : LanguageModel
+        Trained, in evaluation mode.
+    vocab : CharVocab
+    history : dict
+        From :func:`~transformer_np.train.fit`; ``history["eval"]`` holds the validation loss
+        at the steps of the samples.
+    samples : list of (int, str)
+        The prompt continued by the model before training (step 0) and every ``sample_every``
+        steps, always with the same random seed.
     """
     text = load_text()
     vocab = CharVocab(text)
@@ -167,14 +257,30 @@ CHECKPOINT = "charlm.npz"
 def load_trained():
     """The trained character model shipped with the package, and its training history.
 
-    Returns ``(model, extra)``: ``extra`` holds the arrays saved next to the model (the loss
-    per step and the evaluations; see ``examples/data/README.md`` for the command that made
-    the file).
+    Returns
+    -------
+    model : LanguageModel
+        In evaluation mode.
+    extra : dict of str to ndarray
+        The arrays saved next to the model: the vocabulary, the loss per step, the evaluations
+        and the samples (see ``examples/data/README.md`` for the command that made the file).
     """
     return load_shipped(CHECKPOINT)
 
 
 def main(argv=None):
+    """The command line: train, print the samples, and save the model with ``--save``.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status, 0.
+    """
     parser = argparse.ArgumentParser(
         prog="python -m transformer_np.examples.charlm", description=__doc__.split("\n")[0]
     )

@@ -21,11 +21,12 @@ import time
 import numpy as np
 
 from .._kernels.threads import blas_single_threaded
+from ..checkpoints import save_model
 from ..decoding import translate
 from ..losses import CrossEntropyLoss
 from ..model import Transformer, TransformerConfig
 from ..optim import Adam, NoamSchedule
-from ..train import fit, save_model
+from ..train import fit
 from . import add_save_arguments, check_save_path, load_shipped
 
 __all__ = [
@@ -58,6 +59,15 @@ def _sample_sequences(rng, n, min_len, max_len):
 def encode_pairs(seqs, max_len, task="reverse"):
     """Token arrays for a list of digit tuples.
 
+    Parameters
+    ----------
+    seqs : list of tuple of int
+        N sequences of digits 0-9, each at most ``max_len`` long.
+    max_len : int
+        Padded length of the source.
+    task : {"reverse", "sort"}
+        What the target is: the digits reversed, or sorted.
+
     Returns
     -------
     src : ndarray of shape (N, max_len)
@@ -84,7 +94,24 @@ def encode_pairs(seqs, max_len, task="reverse"):
 
 
 def make_batch(rng, batch_size, min_len, max_len, task="reverse", exclude=frozenset()):
-    """A random training batch ``(src, tgt_in, tgt_out)`` avoiding the sequences in ``exclude``."""
+    """A random training batch avoiding the sequences in ``exclude``.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    batch_size : int
+        Number of sequences B.
+    min_len, max_len : int
+        Range of the sequence lengths.
+    task : {"reverse", "sort"}
+    exclude : set of tuple of int
+        Sequences never drawn (the held-out set).
+
+    Returns
+    -------
+    tuple of ndarray
+        ``(src, tgt_in, tgt_out)``, as :func:`encode_pairs` returns them.
+    """
     seqs = []
     while len(seqs) < batch_size:
         for s in _sample_sequences(rng, batch_size - len(seqs), min_len, max_len):
@@ -94,7 +121,22 @@ def make_batch(rng, batch_size, min_len, max_len, task="reverse", exclude=frozen
 
 
 def decode_digits(ids):
-    """Token ids -> string of digits, stopping at EOS (e.g. for printing)."""
+    """Token ids -> string of digits, stopping at EOS or PAD (e.g. for printing).
+
+    Parameters
+    ----------
+    ids : array_like of int, shape (T,)
+
+    Returns
+    -------
+    str
+        The digits; a special token other than EOS and PAD is shown as ``?``.
+
+    Examples
+    --------
+    >>> decode_digits([4, 5, 6, EOS, 7])
+    '123'
+    """
     out = []
     for t in np.asarray(ids).tolist():
         if t == EOS or t == PAD:
@@ -104,7 +146,22 @@ def decode_digits(ids):
 
 
 def exact_match(model, src, tgt_out, *, batch_size=500):
-    """Fraction of sequences whose greedy output equals ``tgt_out`` up to and including EOS."""
+    """Fraction of sequences whose greedy output equals ``tgt_out`` up to and including EOS.
+
+    Parameters
+    ----------
+    model : Transformer
+    src : ndarray of shape (N, S)
+    tgt_out : ndarray of shape (N, T)
+        The expected outputs, as :func:`encode_pairs` returns them.
+    batch_size : int
+        Sequences decoded at a time.
+
+    Returns
+    -------
+    float
+        In [0, 1].
+    """
     hits = 0
     for start in range(0, len(src), batch_size):
         s, t = src[start : start + batch_size], tgt_out[start : start + batch_size]
@@ -118,7 +175,22 @@ def exact_match(model, src, tgt_out, *, batch_size=500):
 def make_model(
     seed=0, *, d_model=64, n_heads=4, n_layers=2, max_len=10, norm_first=False, dtype="float32"
 ):
-    """The Transformer used by the demo (post-LN by default, as in the paper)."""
+    """The Transformer used by the demo (post-LN by default, as in the paper).
+
+    Parameters
+    ----------
+    seed : int
+        Seeds the initial weights.
+    d_model, n_heads, n_layers, norm_first, dtype
+        The configuration (see :class:`~transformer_np.config.TransformerConfig`); ``d_ff`` is
+        ``2 * d_model`` and there are ``n_layers`` encoder and ``n_layers`` decoder layers.
+    max_len : int
+        Longest source sequence (the target has one more token, EOS).
+
+    Returns
+    -------
+    Transformer
+    """
     cfg = TransformerConfig(
         src_vocab_size=VOCAB_SIZE,
         tgt_vocab_size=VOCAB_SIZE,
@@ -158,6 +230,39 @@ def train_reverse(
     stream=None,
 ):
     """Train the demo model; stops early once the held-out exact match reaches ``target``.
+
+    Parameters
+    ----------
+    task : {"reverse", "sort"}
+        What the decoder writes: the source reversed, or sorted.
+    steps : int
+        Largest number of optimiser steps.
+    batch_size : int
+        Sequences per step.
+    min_len, max_len : int
+        Range of the sequence lengths.
+    d_model, n_layers, norm_first
+        The model (see :func:`make_model`).
+    warmup, lr_factor : int, float
+        The learning-rate schedule, ``NoamSchedule(d_model, warmup, lr_factor)``.
+    label_smoothing : float
+        Of the cross-entropy.
+    betas : tuple of float
+        Of Adam.
+    n_heldout : int
+        Sequences drawn first and never trained on.
+    eval_every : int
+        Measure the exact match on 300 held-out sequences every this many steps.
+    target : float
+        Stop when that exact match reaches this value (above 1: never).
+    time_limit : float
+        Stop after this many seconds.
+    seed : int
+        Seeds the model, the held-out set and the batches.
+    progress : bool
+        Show the progress bar of :func:`~transformer_np.train.fit`.
+    stream : file-like, optional
+        Where the progress bar is written (default ``sys.stderr``).
 
     Returns
     -------
@@ -216,7 +321,19 @@ def train_reverse(
 
 
 def history_arrays(history):
-    """The training history as plain arrays, to store next to the model in a checkpoint."""
+    """The training history as plain arrays, to store next to the model in a checkpoint.
+
+    Parameters
+    ----------
+    history : dict
+        What :func:`train_reverse` returns.
+
+    Returns
+    -------
+    dict of str to ndarray
+        The loss and learning rate per step, the evaluations, the final held-out accuracy and
+        the training time.
+    """
     return {
         "loss": np.array(history["loss"], dtype=np.float32),
         "lr": np.array(history["lr"], dtype=np.float32),
@@ -235,14 +352,30 @@ CHECKPOINT = "reverse.npz"
 def load_trained():
     """The trained reversal model shipped with the package, and its training history.
 
-    Returns ``(model, extra)``: ``extra`` holds the arrays saved next to the model (the loss
-    per step and the evaluations; see ``examples/data/README.md`` for the command that made
-    the file).
+    Returns
+    -------
+    model : Transformer
+        In evaluation mode.
+    extra : dict of str to ndarray
+        The arrays saved next to the model: the loss per step and the evaluations (see
+        ``examples/data/README.md`` for the command that made the file).
     """
     return load_shipped(CHECKPOINT)
 
 
 def main(argv=None):
+    """The command line: train, show five held-out examples, and save with ``--save``.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0, or 1 if a full run ends below 99% exact match.
+    """
     parser = argparse.ArgumentParser(
         prog="python -m transformer_np.examples.reverse", description=__doc__.split("\n")[0]
     )

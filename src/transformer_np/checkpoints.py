@@ -1,0 +1,368 @@
+"""Checkpoints: saving a model to an ``.npz`` file and loading it back, with no pickle.
+
+A checkpoint is a plain ``.npz`` archive written with ``np.savez``: one array per parameter
+(``param/<name>``), the arrays passed as ``extra`` (``extra/<name>``), the configuration as a
+JSON string (``config``) and the format tag ``format`` = :data:`FORMAT`. It is read back with
+``allow_pickle=False``, so loading a checkpoint never runs code from the file.
+
+Saving is atomic: the archive is written to a temporary file in the destination's folder and
+then moved onto the destination in one step, so an interrupted save leaves no half-written file
+and does not lose the file that was there before. An existing file is only replaced when the
+caller says so (``overwrite=True``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from collections.abc import Mapping
+
+import numpy as np
+
+from ._validation import check_bool
+from .config import LanguageModelConfig, TransformerConfig
+from .model import LanguageModel, Transformer
+
+__all__ = ["FORMAT", "checkpoint_path", "load_model", "save_model"]
+
+FORMAT = "transformer_np.checkpoint/1"
+
+# The model classes a checkpoint can hold, by the "type" its configuration records.
+_MODEL_CLASSES = {
+    "TransformerConfig": (TransformerConfig, Transformer),
+    "LanguageModelConfig": (LanguageModelConfig, LanguageModel),
+}
+
+# What reading a damaged or foreign file can raise (NumPy, zipfile and the OS).
+_READ_ERRORS = (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile)
+
+
+# --------------------------------------------------------------------------------------------
+# saving
+# --------------------------------------------------------------------------------------------
+
+
+def checkpoint_path(path, overwrite=False, *, argument="path", overwrite_option="overwrite=True"):
+    """The file a checkpoint saved at ``path`` is written to, checked before any work is done.
+
+    Call it before a long computation whose result will be saved (``fit`` and the demos' ``--save``
+    do), so that a path that cannot be written fails at once and not after the computation.
+
+    Parameters
+    ----------
+    path : str or path-like
+        Where the checkpoint is to be saved; ``.npz`` is added if missing, as ``np.savez`` does.
+    overwrite : bool, default False
+        Whether an existing file at the destination may be replaced.
+    argument : str, default "path"
+        How the error messages name the path (``"checkpoint"`` for :func:`fit`, ``"--save"`` for
+        a command line).
+    overwrite_option : str, default "overwrite=True"
+        What the error message tells the caller to pass to replace an existing file
+        (``"--overwrite"`` for a command line).
+
+    Returns
+    -------
+    str
+        The destination, ending in ``.npz``.
+
+    Raises
+    ------
+    TypeError
+        If ``path`` is not a str or path-like.
+    FileNotFoundError
+        If the destination's directory does not exist.
+    IsADirectoryError
+        If the destination is a directory.
+    FileExistsError
+        If the destination exists and ``overwrite`` is False.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     os.path.basename(checkpoint_path(os.path.join(folder, "model")))
+    'model.npz'
+    """
+    try:
+        target = os.fspath(path)
+    except TypeError as exc:
+        raise TypeError(
+            f"{argument} must be a str or path-like (or a writable file object), "
+            f"got {type(path).__name__}"
+        ) from exc
+    if not isinstance(target, str):
+        raise TypeError(f"{argument} must be a str or path-like, got {type(target).__name__}")
+    if not target.endswith(".npz"):
+        target += ".npz"  # what np.savez does
+    folder = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(
+            f"cannot save to {target!r}: the directory {folder!r} does not exist"
+        )
+    if os.path.isdir(target):
+        raise IsADirectoryError(f"cannot save to {target!r}: it is a directory")
+    if os.path.lexists(target) and not overwrite:
+        raise FileExistsError(
+            f"{argument} {target!r} already exists: pass {overwrite_option} to replace it "
+            "(or choose another path)"
+        )
+    return target
+
+
+def _write_atomically(target, arrays, overwrite):
+    """Write ``arrays`` with ``np.savez`` to ``target`` in one step, never half a file.
+
+    The archive is first written, and flushed to disk, inside a temporary directory created next
+    to ``target`` (a plain ``open`` there gives the file the usual permissions, which
+    ``mkstemp``'s owner-only file would not), then moved onto ``target``:
+
+    * ``overwrite=True``: ``os.replace``, atomic, replaces any file at ``target``;
+    * ``overwrite=False``: ``os.link``, atomic too, and it fails if a file appeared at ``target``
+      since :func:`checkpoint_path` checked it, so that file is not replaced. On a file system
+      without hard links the existence is checked once more just before ``os.replace``.
+
+    On any error, an interruption included, the temporary directory is removed with what it holds.
+    """
+    real = os.path.realpath(target)  # through a symbolic link, replace the file, not the link
+    folder, name = os.path.split(real)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=f".{name}.") as scratch:
+        written = os.path.join(scratch, name)
+        with open(written, "xb") as file:
+            np.savez(file, **arrays)
+            file.flush()
+            os.fsync(file.fileno())  # on disk before the move: a crash leaves old or new
+        if overwrite:
+            os.replace(written, real)
+            return
+        appeared = f"{target!r} appeared while the model was being saved: it was not replaced"
+        try:
+            os.link(written, real)
+        except FileExistsError:
+            raise FileExistsError(appeared) from None
+        except OSError:  # no hard links on this file system
+            if os.path.lexists(real):
+                raise FileExistsError(appeared) from None
+            os.replace(written, real)
+
+
+def _arrays_to_save(model, extra):
+    """The arrays of the checkpoint of ``model``: parameters, extras, format and configuration."""
+    if extra is not None and not isinstance(extra, Mapping):
+        raise TypeError(f"extra must be a dict name -> ndarray or None, got {type(extra).__name__}")
+    arrays = {}
+    for name, p in model.parameters().items():
+        if not np.isfinite(p).all():
+            raise ValueError(
+                f"parameter {name!r} holds NaN or inf: refusing to save a diverged model"
+            )
+        arrays[f"param/{name}"] = p
+    for name, value in (extra or {}).items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"extra keys must be non-empty strings, got {name!r}")
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"extra[{name!r}] must be an array (or convertible to one), "
+                f"got {type(value).__name__}: {exc}"
+            ) from exc
+        if arr.dtype == object:
+            raise TypeError(f"extra[{name!r}] must not be an object array (it would need pickle)")
+        arrays[f"extra/{name}"] = arr
+    arrays["format"] = np.array(FORMAT)
+    arrays["config"] = np.array(model.config.to_json())
+    return arrays
+
+
+def save_model(path, model, *, extra=None, overwrite=False):
+    """Save a model's configuration and parameters to an ``.npz`` file (no pickle).
+
+    The archive is written to a temporary file in the same directory and then moved into place
+    in one step, so an interrupted save never leaves a half-written file, nor loses the file
+    that was there before.
+
+    Parameters
+    ----------
+    path : str or path-like
+        Destination (``.npz`` is added if missing, as ``np.savez`` does); its directory must
+        exist. A writable binary file object is also accepted (written directly).
+    model : Transformer or LanguageModel
+    extra : dict of str to ndarray, optional
+        More arrays to store (e.g. a vocabulary as an array of str), under ``extra/<name>``.
+    overwrite : bool, default False
+        What to do if ``path`` exists: False raises FileExistsError (a file of yours is never
+        replaced by accident), True replaces it.
+
+    Raises
+    ------
+    TypeError
+        If ``model`` is not a Transformer or a LanguageModel, or ``extra`` is not a dict of
+        str to (non-object) arrays.
+    ValueError
+        If a parameter holds NaN or inf: a diverged model is never written.
+    FileExistsError
+        If ``path`` exists and ``overwrite=False``.
+    FileNotFoundError
+        If the directory of ``path`` does not exist.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> from transformer_np.model import LanguageModel, LanguageModelConfig
+    >>> m = LanguageModel(LanguageModelConfig(vocab_size=5, d_model=8, n_heads=2), rng=0)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     save_model(os.path.join(d, "m.npz"), m)
+    ...     m2 = load_model(os.path.join(d, "m.npz"))
+    >>> bool((m2.parameters()["embed.W"] == m.parameters()["embed.W"]).all())
+    True
+    """
+    if not isinstance(model, Transformer | LanguageModel):
+        raise TypeError(
+            f"model must be a Transformer or a LanguageModel, got {type(model).__name__}"
+        )
+    overwrite = check_bool(overwrite, "overwrite")
+    arrays = _arrays_to_save(model, extra)
+    if hasattr(path, "write"):  # a file object: written as it is
+        np.savez(path, **arrays)
+        return
+    target = checkpoint_path(path, overwrite)
+    _write_atomically(target, arrays, overwrite)
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+# --------------------------------------------------------------------------------------------
+
+
+def _file_name_in_messages(path):
+    """How error messages name the file: the quoted path, or the file object's name."""
+    if hasattr(path, "read"):
+        name = getattr(path, "name", None)
+        return repr(name) if isinstance(name, str) else "the file object"
+    return repr(os.fspath(path))
+
+
+def _open_npz(path, not_a_checkpoint):
+    """``np.load(path)`` of an ``.npz`` archive; ValueError (saying why) for any other file."""
+    try:
+        data = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise
+    except _READ_ERRORS as exc:
+        if isinstance(exc, zipfile.BadZipFile | EOFError):
+            detail = f"a damaged .npz archive (truncated or corrupted: {exc})"
+        elif "pickle" in str(exc):  # NumPy's words for "neither .npy nor .npz"
+            detail = "not an .npz archive"
+        else:
+            detail = f"unreadable ({type(exc).__name__}: {exc})"
+        raise ValueError(f"{not_a_checkpoint}: the file is {detail}") from exc
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(
+            f"{not_a_checkpoint}: it holds a single array (.npy format), not an .npz archive "
+            "written by save_model"
+        )
+    return data
+
+
+def _read_entry(data, key, where):
+    """The array ``data[key]`` of an open archive; ValueError naming the file if it is damaged."""
+    try:
+        return data[key]
+    except _READ_ERRORS as exc:
+        raise ValueError(f"{where}: the checkpoint is corrupted or truncated ({exc})") from exc
+
+
+def _read_checkpoint(path, where):
+    """The ``config`` entry, the parameters and the extras of the checkpoint at ``path``."""
+    not_a_checkpoint = f"{where} is not a transformer_np checkpoint ({FORMAT})"
+    with _open_npz(path, not_a_checkpoint) as data:
+        keys = data.files
+        if "format" not in keys or str(_read_entry(data, "format", where)) != FORMAT:
+            raise ValueError(not_a_checkpoint)
+        if "config" not in keys:
+            raise ValueError(f"{where}: the checkpoint has no 'config' entry")
+        config = _read_entry(data, "config", where)
+        params = {
+            key[len("param/") :]: _read_entry(data, key, where)
+            for key in keys
+            if key.startswith("param/")
+        }
+        extra = {
+            key[len("extra/") :]: _read_entry(data, key, where)
+            for key in keys
+            if key.startswith("extra/")
+        }
+    return config, params, extra
+
+
+def _model_config(config, where):
+    """The configuration object stored in the ``config`` entry, and the class of its model."""
+    if config.ndim != 0 or config.dtype.kind != "U":
+        raise ValueError(
+            f"{where}: 'config' must be a JSON string, got an array of dtype {config.dtype}"
+        )
+    text = str(config)
+    try:
+        settings = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{where}: 'config' is not valid JSON ({exc})") from exc
+    if not isinstance(settings, dict):
+        raise ValueError(
+            f"{where}: 'config' must be a JSON object with the model's settings, "
+            f"got a JSON {type(settings).__name__}"
+        )
+    kind = settings.get("type")
+    if kind not in _MODEL_CLASSES:
+        raise ValueError(
+            f"{where}: unknown model type {kind!r} (expected one of {list(_MODEL_CLASSES)})"
+        )
+    config_class, model_class = _MODEL_CLASSES[kind]
+    try:
+        return config_class.from_json(text), model_class
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: invalid model configuration: {exc}") from exc
+
+
+def load_model(path, *, return_extra=False):
+    """Load a model saved by :func:`save_model` (``allow_pickle=False``).
+
+    Parameters
+    ----------
+    path : str, path-like or binary file object
+    return_extra : bool
+        Also return the arrays saved with ``extra=``.
+
+    Returns
+    -------
+    model : Transformer or LanguageModel
+        In evaluation mode.
+    extra : dict
+        Only with ``return_extra=True``: the arrays saved with ``extra=``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    ValueError
+        If the file is not a checkpoint written by :func:`save_model` (another format, a
+        truncated or corrupted file, a missing or invalid configuration) or holds parameters
+        of the wrong name, shape or type, or NaN/inf. The message names the file.
+
+    Examples
+    --------
+    See :func:`save_model`.
+    """
+    where = _file_name_in_messages(path)
+    # 1. read the archive, 2. rebuild the configuration, 3. the model with the saved parameters
+    config_entry, params, extra = _read_checkpoint(path, where)
+    config, model_class = _model_config(config_entry, where)
+    model = model_class(config, rng=0)
+    try:
+        model.load_parameters(params)  # checks names, shapes, dtypes and finiteness
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from exc
+    model.eval()
+    return (model, extra) if return_extra else model
