@@ -97,7 +97,7 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"{field} not found in /proc/self/status")
 
 
-def _make_call(impl: str, n: int, block_size: int | None):
+def _make_call(impl: str, n: int, tile_size: int | None):
     """Inputs of shape (1, 8, n, 64) float32 and a zero-argument callable running ``impl``."""
     import numpy as np
 
@@ -140,7 +140,7 @@ def _make_call(impl: str, n: int, block_size: int | None):
     if impl == "blockwise":
         from transformer_np.blockwise import blockwise_attention
 
-        kwargs = {} if block_size is None else {"block_size": block_size}
+        kwargs = {} if tile_size is None else {"tile_size": tile_size}
         return lambda: blockwise_attention(q, k, v, **kwargs)
     if impl == "matmul":
         a = rng.standard_normal((n, n), dtype=np.float32)
@@ -151,10 +151,10 @@ def _make_call(impl: str, n: int, block_size: int | None):
 
 def _nw_blocks(n: int):
     """The blocks of rows of ``scaled_dot_product_attention(..., need_weights=False)`` at n."""
-    from transformer_np.attention import _sdpa_blocks
+    from transformer_np._kernels.attention import row_chunks_of_scores
 
-    # (one block, the whole array, for sizes the package does not split)
-    return _sdpa_blocks((1, HEADS), n, n, 4, need_weights=False) or [
+    # (one chunk, the whole array, for sizes the package does not split)
+    return row_chunks_of_scores((1, HEADS), n, n, 4, need_weights=False) or [
         ((0, slice(None)), slice(None))
     ]
 
@@ -171,7 +171,7 @@ def _products_only(q, k, v, *, with_exp=False):
     import numpy as np
 
     from transformer_np._kernels.threads import parallel_for
-    from transformer_np.attention import _thread_buffer
+    from transformer_np._kernels.attention import thread_buffer
 
     n = q.shape[-2]
     out = np.empty(q.shape[:-1] + (v.shape[-1],), q.dtype)
@@ -180,7 +180,7 @@ def _products_only(q, k, v, *, with_exp=False):
     def one_block(block):
         items, rows = block
         q_blk = q[items][..., rows, :]
-        scores = _thread_buffer(buffers, q_blk.shape[:-1] + (n,), q.dtype)
+        scores = thread_buffer(buffers, q_blk.shape[:-1] + (n,), q.dtype)
         np.matmul(q_blk, k[items].swapaxes(-1, -2), out=scores)
         if with_exp:
             np.exp(scores, out=scores)
@@ -203,11 +203,11 @@ def profile_steps(n: int, reps: int = 3) -> dict:
     import numpy as np
 
     from transformer_np._kernels.threads import blas_single_threaded
-    from transformer_np.attention import _scores_are_bounded, _thread_buffer
+    from transformer_np._kernels.attention import scores_are_bounded, thread_buffer
 
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, HEADS, n, D_HEAD), dtype=np.float32) for _ in range(3))
-    assert _scores_are_bounded(q, k, v, None)
+    assert scores_are_bounded(q, k, v, None)
     output = np.empty((1, HEADS, n, D_HEAD), np.float32)
     scale = np.float32(1 / math.sqrt(D_HEAD))
     ones = np.ones(n, np.float32)
@@ -221,7 +221,7 @@ def profile_steps(n: int, reps: int = 3) -> dict:
             for items, rows in blocks:
                 qb, kb, vb = q[items][..., rows, :], k[items], v[items]
                 o = output[items][..., rows, :]
-                s = _thread_buffer(buffers, qb.shape[:-1] + (n,), np.float32)
+                s = thread_buffer(buffers, qb.shape[:-1] + (n,), np.float32)
                 t0 = time.thread_time()
                 np.matmul(qb * scale, kb.swapaxes(-1, -2), out=s)
                 t1 = time.thread_time()
@@ -260,8 +260,8 @@ def worker(args) -> None:
         return
     # 1. Memory, first thing in this fresh process. Let the libraries allocate their buffers and
     #    thread pools on a small problem, then count the pages one call touches.
-    _make_call(impl, 64, args.block_size)()
-    call = _make_call(impl, n, args.block_size)
+    _make_call(impl, 64, args.tile_size)()
+    call = _make_call(impl, n, args.tile_size)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset VmHWM (the peak) to the current VmRSS
     before = _status_kib("VmRSS")
@@ -290,8 +290,8 @@ class Worker(TimedProcess):
     def __init__(self, impl: str, n: int, args):
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", impl, str(n)]
         cmd += ["--warmup", str(args.warmup if n <= 4096 else 1)]
-        if args.block_size is not None:
-            cmd += ["--block-size", str(args.block_size)]
+        if args.tile_size is not None:
+            cmd += ["--tile-size", str(args.tile_size)]
         env = dict(os.environ)
         env["PYTHONPATH"] = str(HERE.parent / "src") + os.pathsep + env.get("PYTHONPATH", "")
         super().__init__(cmd, f"worker {impl} n={n}", env)
@@ -488,7 +488,7 @@ def drive(args) -> dict:
             "warmup": args.warmup,
             "budget_s": args.budget,
             "pause_s": args.pause,
-            "block_size": args.block_size,
+            "tile_size": args.tile_size,
             "quick": args.quick,
         },
         "machine": info,
@@ -645,7 +645,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--pause", type=float, default=None, help="seconds of pause before each timed call"
     )
-    p.add_argument("--block-size", type=int, default=None, help="blockwise block size")
+    p.add_argument("--tile-size", type=int, default=None, help="blockwise tile size")
     p.add_argument("--peak-n", type=int, default=None, help="matmul size for the peak")
     p.add_argument(
         "--full-big",

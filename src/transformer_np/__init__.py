@@ -2,46 +2,73 @@
 
 The public API, re-exported from the modules that define it:
 
-* :mod:`~transformer_np.functional` -- softmax, relu, gelu, erf, causal_mask, padding_mask,
-  layer_norm
-* :mod:`~transformer_np.attention` -- scaled_dot_product_attention, MultiHeadAttention
+* :mod:`~transformer_np.module` -- Module, the base of every layer
+* :mod:`~transformer_np.functional` -- softmax, log_softmax, relu, gelu, erf, causal_mask,
+  padding_mask, layer_norm
+* :mod:`~transformer_np.attention` -- attention_steps, scaled_dot_product_attention
+* :mod:`~transformer_np.multi_head` -- MultiHeadAttention, split_heads, merge_heads, KVCache
 * :mod:`~transformer_np.positional` -- positional_encoding, positional_offset_matrix
-* :mod:`~transformer_np.layers` -- Linear, LayerNorm, FeedForward, Embedding
-* :mod:`~transformer_np.blocks` -- EncoderBlock
+* :mod:`~transformer_np.layers` -- Linear, LayerNorm, Dropout
+* :mod:`~transformer_np.feed_forward` -- FeedForward
+* :mod:`~transformer_np.embedding` -- Embedding, TiedOutput
+* :mod:`~transformer_np.blocks` -- EncoderBlock, DecoderBlock
 * :mod:`~transformer_np.blockwise` -- blockwise_attention (memory-efficient, online softmax)
-* :mod:`~transformer_np.model` -- Transformer, LanguageModel and their configs, DecoderBlock
+* :mod:`~transformer_np.config` -- TransformerConfig, LanguageModelConfig
+* :mod:`~transformer_np.stacks` -- Encoder, Decoder
+* :mod:`~transformer_np.model` -- Transformer, LanguageModel
 * :mod:`~transformer_np.losses` -- cross_entropy, CrossEntropyLoss
 * :mod:`~transformer_np.optim` -- Adam, NoamSchedule, noam_lr, clip_grad_norm
-* :mod:`~transformer_np.train` -- train_step, fit, save_model, load_model
+* :mod:`~transformer_np.train` -- train_step, fit, TrainingDiverged
+* :mod:`~transformer_np.checkpoints` -- save_model, load_model
 * :mod:`~transformer_np.decoding` -- generate, translate, sample_next
 
 Loaders for real pretrained weights live in :mod:`transformer_np.pretrained` (extra dependencies).
 """
 
-from .attention import MultiHeadAttention, scaled_dot_product_attention
-from .blocks import EncoderBlock
+from .attention import attention_steps, scaled_dot_product_attention
+from .blocks import DecoderBlock, EncoderBlock
 from .blockwise import blockwise_attention
+from .checkpoints import load_model, save_model
+from .config import LanguageModelConfig, TransformerConfig
 from .decoding import generate, sample_next, translate
-from .functional import causal_mask, erf, gelu, layer_norm, padding_mask, relu, softmax
-from .layers import Embedding, FeedForward, LayerNorm, Linear
-from .losses import CrossEntropyLoss, cross_entropy
-from .model import (
-    DecoderBlock,
-    LanguageModel,
-    LanguageModelConfig,
-    Transformer,
-    TransformerConfig,
+from .embedding import Embedding, TiedOutput
+from .feed_forward import FeedForward
+from .functional import (
+    causal_mask,
+    erf,
+    gelu,
+    layer_norm,
+    log_softmax,
+    padding_mask,
+    relu,
+    softmax,
 )
+from .layers import Dropout, LayerNorm, Linear
+from .losses import CrossEntropyLoss, cross_entropy
+from .model import LanguageModel, Transformer
+from .module import Module
+from .multi_head import KVCache, MultiHeadAttention, merge_heads, split_heads
 from .optim import Adam, NoamSchedule, clip_grad_norm, noam_lr
 from .positional import positional_encoding, positional_offset_matrix
-from .train import TrainingDiverged, fit, load_model, save_model, train_step
+from .stacks import Decoder, Encoder
+from .train import TrainingDiverged, fit, train_step
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Adam",
     "CrossEntropyLoss",
+    "Decoder",
     "DecoderBlock",
+    "Dropout",
+    "Encoder",
+    "KVCache",
+    "Module",
+    "TiedOutput",
+    "attention_steps",
+    "log_softmax",
+    "merge_heads",
+    "split_heads",
     "LanguageModel",
     "LanguageModelConfig",
     "NoamSchedule",

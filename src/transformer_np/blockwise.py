@@ -1,37 +1,38 @@
-"""Memory-efficient attention: the online softmax of FlashAttention, block by block.
+"""Memory-efficient attention: the online softmax of FlashAttention, tile by tile.
 
 ``scaled_dot_product_attention`` builds the whole ``(n_q, n_k)`` matrix of scores for every
 head; at n = 16384 and 8 heads that is 8.6 GB of float32. :func:`blockwise_attention` computes
-the same output one ``(block, block)`` tile at a time and keeps only, for every query row, a
+the same output one ``(tile, tile)`` tile at a time and keeps only, for every query row, a
 running maximum ``m``, a running sum ``l`` and a running weighted sum ``acc``: memory
-``O(block^2 + n d)`` per head instead of ``O(n^2)``.
+``O(tile^2 + n d)`` per head instead of ``O(n^2)``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ._kernels.attention import overflow_error
 from ._kernels.threads import num_threads, parallel_for
 from ._validation import check_bool, check_positive_int
-from .attention import _check_sdpa_inputs, _overflow_error
+from .attention import check_attention_inputs
 
 __all__ = ["blockwise_attention"]
 
 # Big enough for the matrix products to run near peak speed, small enough for a tile of scores
 # (8 heads x 256 x 256 float32 = 2 MB) to stay in the cache between the steps that read it.
-DEFAULT_BLOCK_SIZE = 256
+DEFAULT_TILE_SIZE = 256
 
 # Below this many score entries (over all heads) one thread does the job faster than two.
-_PARALLEL_MIN_SCORES = 1 << 20
+PARALLEL_MIN_SCORES = 1 << 20
 
 
 def blockwise_attention(
-    q, k, v, mask=None, *, block_size: int = DEFAULT_BLOCK_SIZE, causal: bool = False, bias=None
+    q, k, v, mask=None, *, tile_size: int = DEFAULT_TILE_SIZE, causal: bool = False, bias=None
 ):
     r"""Scaled dot-product attention computed tile by tile, without the ``(n_q, n_k)`` matrix.
 
     The result equals ``scaled_dot_product_attention(q, k, v, mask)[0]`` (up to rounding), but
-    the scores are never stored for more than one ``(block_size, block_size)`` tile per head.
+    the scores are never stored for more than one ``(tile_size, tile_size)`` tile per head.
 
     Parameters
     ----------
@@ -45,7 +46,7 @@ def blockwise_attention(
         Nonzero/True where query i may attend to key j, zero/False where it is blocked.
         A padding mask of shape ``(..., 1, n_k)`` costs O(n_k) memory; an explicit causal mask
         costs O(n_q n_k) bytes, so prefer ``causal=True`` for long sequences.
-    block_size : int, default 256
+    tile_size : int, default 256
         Rows of queries and of keys per tile. Any positive integer; it need not divide n.
     causal : bool, default False
         Let query i attend only to keys j <= i, as with ``mask=causal_mask(n)``, without
@@ -65,7 +66,7 @@ def blockwise_attention(
     ------
     TypeError, ValueError
         The errors of ``scaled_dot_product_attention`` for bad ``q``, ``k``, ``v`` or ``mask``;
-        and for a ``block_size`` that is not a positive integer.
+        and for a ``tile_size`` that is not a positive integer.
 
     Notes
     -----
@@ -87,13 +88,13 @@ def blockwise_attention(
     >>> from transformer_np import blockwise_attention, scaled_dot_product_attention
     >>> rng = np.random.default_rng(0)
     >>> q, k, v = (rng.standard_normal((2, 100, 16)) for _ in range(3))
-    >>> out = blockwise_attention(q, k, v, block_size=32)
+    >>> out = blockwise_attention(q, k, v, tile_size=32)
     >>> ref, _ = scaled_dot_product_attention(q, k, v)
     >>> bool(np.allclose(out, ref, atol=1e-12))
     True
     """
-    q, k, v, mask, bias, out_dtype = _check_sdpa_inputs(q, k, v, mask, bias)
-    block_size = check_positive_int(block_size, "block_size")
+    q, k, v, mask, bias, out_dtype = check_attention_inputs(q, k, v, mask, bias)
+    tile_size = check_positive_int(tile_size, "tile_size")
     causal = check_bool(causal, "causal")
 
     n_q, d_k = q.shape[-2:]
@@ -113,14 +114,14 @@ def blockwise_attention(
     out = np.empty(lead + (n_q, d_v), dtype=q.dtype)  # (..., n_q, d_v)
     scale = q.dtype.type(1.0 / np.sqrt(d_k))
 
-    def one_query_block(qs: int) -> None:
-        qe = min(qs + block_size, n_q)
-        _query_block(q, k, v, mask, bias, causal, scale, qs, qe, block_size, out[..., qs:qe, :])
+    def one_query_tile(qs: int) -> None:
+        qe = min(qs + tile_size, n_q)
+        attend_query_tile(q, k, v, mask, bias, causal, scale, qs, qe, tile_size, out[..., qs:qe, :])
 
-    starts = range(0, n_q, block_size)
-    big_enough = int(np.prod(lead, dtype=np.int64)) * n_q * n_k >= _PARALLEL_MIN_SCORES
+    starts = range(0, n_q, tile_size)
+    big_enough = int(np.prod(lead, dtype=np.int64)) * n_q * n_k >= PARALLEL_MIN_SCORES
     parallel_for(
-        one_query_block, starts, threads=num_threads() if big_enough else 1, one_blas_thread=True
+        one_query_tile, starts, threads=num_threads() if big_enough else 1, one_blas_thread=True
     )
     if not np.isfinite(out).all():  # finite inputs, so the sums of weights times v overflowed
         raise ValueError(
@@ -131,34 +132,34 @@ def blockwise_attention(
     return out.astype(out_dtype, copy=False)
 
 
-def _tile(a, qs, qe, ks, ke):
+def tile_of(a, qs, qe, ks, ke):
     """Tile (qs:qe, ks:ke) of an array broadcastable to (..., n_q, n_k); axes of size 1 stay."""
     a = a[..., qs:qe, :] if a.shape[-2] > 1 else a
     return a[..., ks:ke] if a.shape[-1] > 1 else a
 
 
-# --8<-- [start:query_block]
-def _query_block(q, k, v, mask, bias, causal, scale, qs, qe, block_size, out) -> None:
+# --8<-- [start:query_tile]
+def attend_query_tile(q, k, v, mask, bias, causal, scale, qs, qe, tile_size, out) -> None:
     """Attention output of the query rows ``qs:qe``, visiting the keys one tile at a time.
 
     The running state of each query row: ``row_max`` (m in the Notes of
     :func:`blockwise_attention`), ``row_sum`` (l) and ``acc`` (a).
     """
     n_k = k.shape[-2]
-    q_blk = q[..., qs:qe, :] * scale  # (..., bq, d_k), scaled once here, not in every tile
-    row_max = np.full(q_blk.shape[:-1], -np.inf, dtype=q.dtype)  # (..., bq)
-    row_sum = np.zeros(q_blk.shape[:-1], dtype=q.dtype)  # (..., bq)
+    q_tile = q[..., qs:qe, :] * scale  # (..., bq, d_k), scaled once here, not in every tile
+    row_max = np.full(q_tile.shape[:-1], -np.inf, dtype=q.dtype)  # (..., bq)
+    row_sum = np.zeros(q_tile.shape[:-1], dtype=q.dtype)  # (..., bq)
     acc = np.zeros(out.shape, dtype=q.dtype)  # (..., bq, d_v)
 
     # With causal=True, row i sees keys 0..i only: the tiles right of column qe - 1 are skipped.
     k_end = min(n_k, qe) if causal else n_k
-    for ks in range(0, k_end, block_size):
-        ke = min(ks + block_size, k_end)
+    for ks in range(0, k_end, tile_size):
+        ke = min(ks + tile_size, k_end)
 
         # Which (query, key) pairs of this tile may attend; None when all of them may.
         allowed = None
         if mask is not None:
-            allowed = _tile(mask, qs, qe, ks, ke)  # bool (made so by _check_sdpa_inputs)
+            allowed = tile_of(mask, qs, qe, ks, ke)  # bool (made so by check_attention_inputs)
             if not allowed.any():
                 continue  # every pair blocked: the tile changes nothing
             if allowed.all():
@@ -167,18 +168,18 @@ def _query_block(q, k, v, mask, bias, causal, scale, qs, qe, block_size, out) ->
             below = np.arange(ks, ke) <= np.arange(qs, qe)[:, None]  # (bq, bk): key j <= query i
             allowed = below if allowed is None else allowed & below
 
-        # 1. scores of the tile (already scaled, through q_blk)
+        # 1. scores of the tile (already scaled, through q_tile)
         kt = k[..., ks:ke, :].swapaxes(-1, -2)  # (..., bk, d_k) -> (..., d_k, bk)
-        s = q_blk @ kt  # (..., bq, d_k) @ (..., d_k, bk) -> (..., bq, bk)
+        s = q_tile @ kt  # (..., bq, d_k) @ (..., d_k, bk) -> (..., bq, bk)
         # 2. additive bias; blocked pairs get -inf, so their weight is exactly exp(-inf) = 0
         if bias is not None:
-            s += _tile(bias, qs, qe, ks, ke)
+            s += tile_of(bias, qs, qe, ks, ke)
         if allowed is not None:
             np.copyto(s, -np.inf, where=~allowed)
         # 3. new running max m' = max(m, max_j s_j); a row that saw only blocked keys keeps -inf
         new_max = np.maximum(row_max, s.max(axis=-1))  # (..., bq, bk) -> (..., bq)
         if not (new_max < np.inf).all():  # +inf or NaN: q k^T overflowed the dtype
-            raise _overflow_error(q.dtype)
+            raise overflow_error(q.dtype)
         shift = np.where(new_max == -np.inf, 0, new_max)  # avoids (-inf) - (-inf) = NaN
         # 4. p_j = exp(s_j - m'), in place
         s -= shift[..., None]
@@ -198,4 +199,4 @@ def _query_block(q, k, v, mask, bias, causal, scale, qs, qe, block_size, out) ->
         out[empty] = 0
 
 
-# --8<-- [end:query_block]
+# --8<-- [end:query_tile]

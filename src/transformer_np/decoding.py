@@ -28,10 +28,11 @@ from ._validation import (
     check_rng,
     shape_str,
 )
-from .attention import _sdpa
-from .model import LanguageModel, Transformer, _check_ids
+from .model import LanguageModel, Transformer, check_ids
+from .module import running
+from .multi_head import KVCache
 
-__all__ = ["KVCache", "generate", "sample_next", "translate"]
+__all__ = ["generate", "sample_next", "translate"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -39,7 +40,8 @@ __all__ = ["KVCache", "generate", "sample_next", "translate"]
 # --------------------------------------------------------------------------------------------
 
 
-def _check_sampling(temperature, top_k, vocab_size):
+def check_sampling(temperature, top_k, vocab_size):
+    """The temperature as a float >= 0, after checking it and ``top_k``."""
     if isinstance(temperature, bool | np.bool_) or not isinstance(temperature, numbers.Real):
         raise TypeError(
             f"temperature must be a number >= 0 (0 = greedy), got {temperature!r} "
@@ -58,7 +60,7 @@ def _check_sampling(temperature, top_k, vocab_size):
     return t
 
 
-def _check_logits(logits):
+def check_logits(logits):
     """``logits`` as a float (B, V) array with V >= 1, no NaN or +inf, no row all -inf."""
     logits = as_float_array(logits, "logits")
     check_ndim(logits, "logits", (2,), "a 2-D array of shape (B, V)")
@@ -120,9 +122,16 @@ def sample_next(logits, *, temperature=1.0, top_k=None, rng=None):
     >>> sample_next(logits, top_k=1, rng=0).tolist()
     [1]
     """
-    logits = _check_logits(logits)
-    t = _check_sampling(temperature, top_k, logits.shape[-1])
-    if t == 0:
+    logits = check_logits(logits)
+    t = check_sampling(temperature, top_k, logits.shape[-1])
+    return choose_next(logits, t, top_k, check_rng(rng))
+
+
+# --8<-- [start:choose_next]
+def choose_next(logits, temperature, top_k, rng):
+    """The choice of :func:`sample_next` on checked arguments: (B, V) -> (B,) token ids."""
+    t = temperature
+    if t == 0:  # greedy: the best token
         return np.argmax(logits, axis=-1).astype(np.int64)
     z = logits.astype(np.float64)  # (B, V); a fresh array, the caller's logits are not touched
     V = z.shape[-1]
@@ -138,118 +147,14 @@ def sample_next(logits, *, temperature=1.0, top_k=None, rng=None):
         z /= t
     p = np.exp(z)  # the maximum gives exp(0) = 1, so the total is >= 1; masked tokens give 0
     cdf = np.cumsum(p, axis=-1)  # (B, V), un-normalised
-    u = check_rng(rng).random((z.shape[0], 1)) * cdf[:, -1:]  # (B, 1)
+    u = rng.random((z.shape[0], 1)) * cdf[:, -1:]  # (B, 1)
     # The first index whose cdf exceeds u: since u < cdf[:, -1], its cdf grew there, so its
     # probability is > 0 and a masked token (p = 0) is never returned.
     idx = (cdf <= u).sum(axis=-1)
     return np.minimum(idx, V - 1).astype(np.int64)
 
 
-# --------------------------------------------------------------------------------------------
-# the cache and the incremental forward pass
-# --------------------------------------------------------------------------------------------
-
-
-class KVCache:
-    """Keys and values of the positions processed so far, for each self-attention layer.
-
-    Parameters
-    ----------
-    n_layers, batch, n_heads, max_len, d_head : int
-    dtype : numpy dtype
-
-    Attributes
-    ----------
-    keys, values : list of ndarray of shape (B, H, max_len, Dh)
-        Pre-allocated; only the first ``length`` positions are valid.
-    length : int
-        Number of positions stored.
-    """
-
-    def __init__(self, n_layers, batch, n_heads, max_len, d_head, dtype):
-        shape = (batch, n_heads, max_len, d_head)
-        self.keys = [np.zeros(shape, dtype) for _ in range(n_layers)]
-        self.values = [np.zeros(shape, dtype) for _ in range(n_layers)]
-        self.max_len = max_len
-        self.length = 0
-
-
-def _project_heads(x2, W, b, B, n, H, Dh):
-    y = x2 @ W  # (B*n, D) @ (D, D) -> (B*n, D)
-    if b is not None:
-        y += b
-    return y.reshape(B, n, H, Dh).transpose(0, 2, 1, 3)  # (B*n, D) -> (B, H, n, Dh)
-
-
-def _merge_heads_out(ctx, p, B, n, D):
-    out = ctx.transpose(0, 2, 1, 3).reshape(B * n, D) @ p["W_o"]  # (B, H, n, Dh) -> (B*n, D)
-    if "b_o" in p:
-        out += p["b_o"]
-    return out.reshape(B, n, D)
-
-
-def _attend_cached(mha, x, K, V, t0):
-    """Self-attention of ``n`` new positions (absolute t0 .. t0+n-1), storing their keys/values."""
-    B, n, D = x.shape
-    H, Dh = mha.n_heads, mha.d_head
-    p = mha.params
-    x2 = x.reshape(B * n, D)
-    q = _project_heads(x2, p["W_q"], p.get("b_q"), B, n, H, Dh)  # (B, H, n, Dh)
-    K[:, :, t0 : t0 + n] = _project_heads(x2, p["W_k"], p.get("b_k"), B, n, H, Dh)
-    V[:, :, t0 : t0 + n] = _project_heads(x2, p["W_v"], p.get("b_v"), B, n, H, Dh)
-    mask = None
-    if n > 1:  # causal inside the new chunk; every stored position is in the past
-        mask = np.arange(t0 + n)[None, :] <= (t0 + np.arange(n))[:, None]  # (n, t0+n)
-    ctx, _ = _sdpa(q, K[:, :, : t0 + n], V[:, :, : t0 + n], mask, need_weights=False)
-    return _merge_heads_out(ctx, p, B, n, D)
-
-
-def _attend_memory(mha, x, mem_k, mem_v, mem_mask):
-    """Cross-attention of new positions to the (precomputed) encoder keys and values."""
-    B, n, D = x.shape
-    p = mha.params
-    q = _project_heads(x.reshape(B * n, D), p["W_q"], p.get("b_q"), B, n, mha.n_heads, mha.d_head)
-    ctx, _ = _sdpa(q, mem_k, mem_v, mem_mask, need_weights=False)  # (B, H, n, Dh)
-    return _merge_heads_out(ctx, p, B, n, D)
-
-
-def _lm_step(model: LanguageModel, ids, cache: KVCache):
-    """Logits (B, n, V) of ``n`` new tokens (B, n) appended after ``cache.length`` positions."""
-    t0, n = cache.length, ids.shape[1]
-    x = model.embed(ids) + model.pe[t0 : t0 + n]  # (B, n) -> (B, n, D)
-    for i, layer in enumerate(model.blocks.layers):
-        K, V = cache.keys[i], cache.values[i]
-        if layer.norm_first:
-            h = x + _attend_cached(layer.attn, layer.norm1(x), K, V, t0)
-            x = h + layer.ff(layer.norm2(h))
-        else:
-            h = layer.norm1(x + _attend_cached(layer.attn, x, K, V, t0))
-            x = layer.norm2(h + layer.ff(h))
-    if model.blocks.norm is not None:
-        x = model.blocks.norm(x)
-    cache.length = t0 + n
-    return model.out(x)  # (B, n, D) -> (B, n, V)
-
-
-def _decoder_step(model: Transformer, ids, cache: KVCache, memory_kv, src_mask):
-    """Decoder logits (B, n, V) for ``n`` new target tokens, with cached self-attention."""
-    t0, n = cache.length, ids.shape[1]
-    x = model.tgt_embed(ids) + model.pe[t0 : t0 + n]  # (B, n) -> (B, n, D)
-    for i, layer in enumerate(model.decoder.layers):
-        K, V = cache.keys[i], cache.values[i]
-        mem_k, mem_v = memory_kv[i]
-        if layer.norm_first:
-            h = x + _attend_cached(layer.self_attn, layer.norm1(x), K, V, t0)
-            h2 = h + _attend_memory(layer.cross_attn, layer.norm2(h), mem_k, mem_v, src_mask)
-            x = h2 + layer.ff(layer.norm3(h2))
-        else:
-            h = layer.norm1(x + _attend_cached(layer.self_attn, x, K, V, t0))
-            h2 = layer.norm2(h + _attend_memory(layer.cross_attn, h, mem_k, mem_v, src_mask))
-            x = layer.norm3(h2 + layer.ff(h2))
-    if model.decoder.norm is not None:
-        x = model.decoder.norm(x)
-    cache.length = t0 + n
-    return model.out(x)
+# --8<-- [end:choose_next]
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,9 +218,9 @@ def generate(
     if not isinstance(model, LanguageModel):
         raise TypeError(f"model must be a LanguageModel, got {type(model).__name__}")
     cfg = model.config
-    prompt = _check_ids(prompt, "prompt", cfg.vocab_size, cfg.max_len)
+    prompt = check_ids(prompt, "prompt", cfg.vocab_size, cfg.max_len)
     n_new = check_positive_int(max_new_tokens, "max_new_tokens")
-    _check_sampling(temperature, top_k, cfg.vocab_size)
+    check_sampling(temperature, top_k, cfg.vocab_size)
     use_cache = check_bool(use_cache, "use_cache")
     T0 = prompt.shape[1]
     total = T0 + n_new
@@ -344,40 +249,41 @@ def generate(
     was_training = model.training
     model.eval()
     try:
-        return _generate(model, prompt, total, temperature, top_k, rng, use_cache, keep)
+        with running():  # the arguments are checked: the layers run without checks
+            return generate_tokens(model, prompt, total, temperature, top_k, rng, use_cache, keep)
     finally:
         model.train(was_training)
 
 
-def _generate(model, prompt, total, temperature, top_k, rng, use_cache, keep):
+# --8<-- [start:generate_loop]
+def generate_tokens(model, prompt, total, temperature, top_k, rng, use_cache, keep):
     """The loop of :func:`generate`, on checked arguments, with the model in eval mode."""
     cfg = model.config
     B, T0 = prompt.shape
     out = np.zeros((B, total), dtype=np.int64)
     out[:, :T0] = prompt
     start = 0  # the model reads out[:, start:t]
-    if use_cache:
-        attn = model.blocks.layers[0].attn
-        dtype = model.embed.params["W"].dtype
-        cache = KVCache(cfg.n_layers, B, attn.n_heads, cfg.max_len, attn.d_head, dtype)
-        logits = _lm_step(model, prompt, cache)[:, -1]  # prefill: the whole prompt at once
-    else:
-        logits = model(prompt)[:, -1]
+    cache = [KVCache(cfg.max_len) for _ in model.blocks.layers] if use_cache else None
+    logits = model(prompt, kv_cache=cache)[:, -1]  # the whole prompt at once (the prefill)
     for t in range(T0, total):
-        out[:, t] = sample_next(logits, temperature=temperature, top_k=top_k, rng=rng)
+        out[:, t] = choose_next(logits, temperature, top_k, rng)
         if t + 1 == total:
             break
         full = t + 1 - start > cfg.max_len
         if full:  # the window is full: restart from the last `keep` tokens
             start = t + 1 - keep
-        if not use_cache:
+        if not use_cache:  # the slow reference: the whole window again
             logits = model(out[:, start : t + 1])[:, -1]
-        elif full:
-            cache.length = 0
-            logits = _lm_step(model, out[:, start : t + 1], cache)[:, -1]
-        else:
-            logits = _lm_step(model, out[:, t : t + 1], cache)[:, -1]
+        elif full:  # a new prefill of the kept tokens, at positions 0 .. keep - 1
+            for c in cache:
+                c.length = 0
+            logits = model(out[:, start : t + 1], kv_cache=cache)[:, -1]
+        else:  # one new token: its keys and values join the cache
+            logits = model(out[:, t : t + 1], kv_cache=cache)[:, -1]
     return out
+
+
+# --8<-- [end:generate_loop]
 
 
 def translate(
@@ -452,52 +358,47 @@ def translate(
             raise TypeError(f"{name} must be {expected}, got {tok!r} ({type(tok).__name__})")
         if not 0 <= tok < V:
             raise ValueError(f"{name} must be a token id in [0, {V}), got {tok}")
+    src = check_ids(src, "src", cfg.src_vocab_size, cfg.max_len)
     bos_id = int(bos_id)
     eos_id = None if eos_id is None else int(eos_id)
-    _check_sampling(temperature, top_k, V)
+    check_sampling(temperature, top_k, V)
     use_cache = check_bool(use_cache, "use_cache")
     rng = check_rng(rng)
     was_training = model.training
     model.eval()
     try:
-        return _translate(model, src, n_new, bos_id, eos_id, temperature, top_k, rng, use_cache)
+        with running():
+            args = (temperature, top_k, rng, use_cache)
+            return translate_tokens(model, src, n_new, bos_id, eos_id, *args)
     finally:
         model.train(was_training)
 
 
-def _translate(model, src, n_new, bos_id, eos_id, temperature, top_k, rng, use_cache):
+def translate_tokens(model, src, n_new, bos_id, eos_id, temperature, top_k, rng, use_cache):
     """The loop of :func:`translate`, on checked arguments, with the model in eval mode."""
     cfg = model.config
-    memory = model.encode(src)  # (B, S, D), validates src
-    src_mask = model._src_mask
+    memory = model.forward_encoder(src)  # (B, S, D), computed once
+    src_mask = model.source_mask(src)
     B = memory.shape[0]
     pad = cfg.pad_id
     fill = pad if pad is not None else (eos_id if eos_id is not None else 0)
     tokens = np.full((B, n_new + 1), fill, dtype=np.int64)
     tokens[:, 0] = bos_id
     done = np.zeros(B, dtype=bool)
-    if use_cache:
-        first = model.decoder.layers[0].self_attn
-        dtype = model.tgt_embed.params["W"].dtype
-        cache = KVCache(len(model.decoder.layers), B, first.n_heads, n_new, first.d_head, dtype)
-        memory_kv = []
-        S = memory.shape[1]
-        mem2 = memory.reshape(B * S, -1)
-        for layer in model.decoder.layers:
-            p, H, Dh = layer.cross_attn.params, first.n_heads, first.d_head
-            mem_k = _project_heads(mem2, p["W_k"], p.get("b_k"), B, S, H, Dh)
-            mem_v = _project_heads(mem2, p["W_v"], p.get("b_v"), B, S, H, Dh)
-            memory_kv.append((mem_k, mem_v))
+    S = memory.shape[1]
+    # per decoder layer: the self-attention's cache and the cross-attention's (the memory's)
+    cache = [(KVCache(n_new), KVCache(S)) for _ in model.decoder.layers] if use_cache else None
     t = 1
     for t in range(1, n_new + 1):
-        if use_cache:
-            logits = _decoder_step(model, tokens[:, t - 1 : t], cache, memory_kv, src_mask)[:, -1]
+        if use_cache:  # only the newest token
+            logits = model.forward_decoder(tokens[:, t - 1 : t], memory, src_mask, kv_cache=cache)
         else:
-            logits = model.decode(tokens[:, :t], memory, src_mask)[:, -1]
+            logits = model.forward_decoder(tokens[:, :t], memory, src_mask)
+        logits = logits[:, -1]
         if pad is not None:
             logits = logits.copy()
             logits[:, pad] = -np.inf
-        nxt = sample_next(logits, temperature=temperature, top_k=top_k, rng=rng)
+        nxt = choose_next(logits, temperature, top_k, rng)
         tokens[:, t] = np.where(done, fill, nxt)
         if eos_id is not None:
             done |= nxt == eos_id

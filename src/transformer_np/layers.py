@@ -1,9 +1,12 @@
-"""Layers with parameters: Linear, LayerNorm, FeedForward, Embedding.
+"""The basic layers: Linear, LayerNorm and Dropout.
 
-Every layer keeps its parameters in a ``params`` dict (str -> ndarray) and computes its forward
-pass when called. A layer made of sub-layers (FeedForward, and the blocks of
-:mod:`transformer_np.blocks`) exposes the sub-layers as attributes and a live ``params`` view
-with dotted names (``"linear1.W"``) that reads and writes the sub-layers' own dicts.
+The layers built from them live in their own modules: :mod:`~transformer_np.feed_forward`
+(FeedForward) and :mod:`~transformer_np.embedding` (Embedding, TiedOutput).
+
+Every layer is a :class:`~transformer_np.module.Module`: it keeps its parameters in ``params``
+and, after ``backward``, their gradients in ``grads``. Calling a layer runs its ``forward``,
+the plain computation; a call from outside the package checks the input first
+(``checked_call``), once.
 
 The computation runs in the input's dtype: float32 in gives float32 out, float64 in gives
 float64 out (parameters are cast if needed, which is free when they already match).
@@ -12,13 +15,11 @@ float64 out (parameters are cast if needed, which is free when they already matc
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, MutableMapping
 
 import numpy as np
 
 from ._validation import (
     as_float_array,
-    as_typed_array,
     check_bool,
     check_dtype,
     check_finite,
@@ -28,60 +29,14 @@ from ._validation import (
     compute_dtype,
     shape_str,
 )
-from .functional import _erf64, _gelu_exact, check_normalised, layer_norm_forward
+from .functional import check_normalised, layer_norm_forward
+from .module import Module, as_grad
 
-__all__ = ["Embedding", "FeedForward", "LayerNorm", "Linear", "NestedParams"]
-
-
-class NestedParams(MutableMapping):
-    """A live, flat view of the parameter dicts of sub-layers, with dotted keys.
-
-    ``NestedParams({"linear1": lin1, "linear2": lin2})`` has the keys ``"linear1.W"``,
-    ``"linear1.b"``, ... Reading ``view["linear1.W"]`` returns ``lin1.params["W"]`` itself (no
-    copy); assigning ``view["linear1.W"] = w`` stores ``w`` in ``lin1.params``. Keys cannot be
-    added or deleted. Sub-layers may themselves expose a NestedParams (keys nest:
-    ``"ff.linear1.W"``). ``attr`` selects the dict to view (``"params"``; a backward pass may
-    view ``"grads"`` the same way).
-    """
-
-    def __init__(self, children: dict, attr: str = "params"):
-        self._children = dict(children)
-        self._attr = attr
-
-    def _split(self, key: str):
-        name, _, rest = key.partition(".")
-        if name not in self._children or not rest:
-            raise KeyError(key)
-        return getattr(self._children[name], self._attr), rest
-
-    def __getitem__(self, key):
-        d, rest = self._split(key)
-        return d[rest]
-
-    def __setitem__(self, key, value):
-        d, rest = self._split(key)
-        if rest not in d:
-            raise KeyError(f"{key!r} is not a parameter; the keys are {list(self)}")
-        d[rest] = value
-
-    def __delitem__(self, key):
-        raise TypeError("parameters cannot be deleted")
-
-    def __iter__(self) -> Iterator[str]:
-        for name, child in self._children.items():
-            for k in getattr(child, self._attr):
-                yield f"{name}.{k}"
-
-    def __len__(self) -> int:
-        return sum(len(getattr(c, self._attr)) for c in self._children.values())
-
-    def __repr__(self):
-        items = ", ".join(f"{k}: {shape_str(v.shape)}" for k, v in self.items())
-        return f"NestedParams({items})"
+__all__ = ["Dropout", "LayerNorm", "Linear"]
 
 
-def _check_features(x, name: str, d: int, what: str) -> np.ndarray:
-    """Float array of shape (..., d) without NaN/inf."""
+def check_features(x, name: str, d: int, what: str) -> np.ndarray:
+    """``x`` as a float array of shape (..., d) without NaN or inf, else a clear error."""
     x = as_float_array(x, name)
     if x.ndim == 0 or x.shape[-1] != d:
         raise ValueError(
@@ -91,48 +46,10 @@ def _check_features(x, name: str, d: int, what: str) -> np.ndarray:
     return x
 
 
-def _check_param_shapes(params, expected: dict, layer: str) -> None:
-    for name, shape in expected.items():
-        p = params.get(name)
-        if not isinstance(p, np.ndarray) or p.shape != shape:
-            got = shape_str(p.shape) if isinstance(p, np.ndarray) else repr(p)
-            raise ValueError(f"{layer}.params[{name!r}] must have shape {shape}, got {got}")
-
-
-# --------------------------------------------------------------------------------------------
-# backward-pass helpers
-
-
-def _backward_cache(layer, name: str) -> dict:
-    """The forward cache of ``layer``, or a clear error if there was no forward pass."""
-    cache = getattr(layer, "_cache", None)
-    if cache is None:
-        raise RuntimeError(f"{name}.backward was called before a forward pass (no cache)")
-    return cache
-
-
-def _check_grad(grad_output, shape, dtype, name: str = "grad_output") -> np.ndarray:
-    """``grad_output`` as an array of the last output's ``shape``, in the compute ``dtype``."""
-    g = np.asarray(grad_output)
-    if g.dtype.kind != "f":
-        raise TypeError(f"{name} must be a floating-point array, got dtype {g.dtype}")
-    if tuple(g.shape) != tuple(shape):
-        raise ValueError(
-            f"{name} must have the shape of the last output {shape_str(shape)}, "
-            f"got {shape_str(g.shape)}"
-        )
-    return g.astype(dtype, copy=False)
-
-
-def _zero_grads(layer) -> None:
-    """``layer.grads[k] = zeros_like(layer.params[k])`` for every key."""
-    layer.grads = {k: np.zeros_like(p) for k, p in layer.params.items()}
-
-
 # --------------------------------------------------------------------------------------------
 
 
-class Linear:
+class Linear(Module):
     """Affine map ``y = x @ W + b`` on the last axis.
 
     Parameters
@@ -160,7 +77,7 @@ class Linear:
     .. math:: y = x W + b
 
     The leading axes are flattened so the product is one 2-D matrix product. After a call
-    ``self._cache`` holds ``x`` (the 2-D input, shape (N, d_in)) and ``shape`` (the input
+    ``self.cache`` holds ``x`` (the 2-D input, shape (N, d_in)) and ``shape`` (the input
     shape) for a backward pass.
 
     Examples
@@ -173,6 +90,7 @@ class Linear:
     """
 
     def __init__(self, d_in, d_out, *, bias=True, rng=None, dtype=np.float64):
+        super().__init__()
         self.d_in = check_positive_int(d_in, "d_in")
         self.d_out = check_positive_int(d_out, "d_out")
         check_bool(bias, "bias")
@@ -180,36 +98,33 @@ class Linear:
         rng = check_rng(rng)
         self.has_bias = bool(bias)
         limit = 1.0 / math.sqrt(self.d_in)
-        self.params = {"W": rng.uniform(-limit, limit, (self.d_in, self.d_out)).astype(dtype)}
+        self.params["W"] = rng.uniform(-limit, limit, (self.d_in, self.d_out)).astype(dtype)
         if bias:
             self.params["b"] = rng.uniform(-limit, limit, self.d_out).astype(dtype)
-        self.grads = {}  # filled by backward(), same keys as params
-        self._cache = None
 
     def __repr__(self):
         return f"Linear(d_in={self.d_in}, d_out={self.d_out}, bias={self.has_bias})"
 
-    def _expected(self):
-        e = {"W": (self.d_in, self.d_out)}
+    def expected_shapes(self):
+        shapes = {"W": (self.d_in, self.d_out)}
         if self.has_bias:
-            e["b"] = (self.d_out,)
-        return e
+            shapes["b"] = (self.d_out,)
+        return shapes
 
-    def __call__(self, x):
+    def checked_call(self, x):
         """Apply the map to ``x`` of shape (..., d_in); returns (..., d_out) in ``x``'s dtype."""
-        _check_param_shapes(self.params, self._expected(), "Linear")
-        x = _check_features(x, "x", self.d_in, "d_in")
-        return self._forward(x)
+        x = check_features(x, "x", self.d_in, "d_in")
+        y = self.run_or_blame(self.forward, x.astype(compute_dtype(x.dtype), copy=False))
+        return y.astype(x.dtype, copy=False)
 
-    def _forward(self, x):
-        """Forward pass on a checked input (shared with the layers built on Linear)."""
-        dt = compute_dtype(x.dtype)
-        x2 = x.astype(dt, copy=False).reshape(-1, self.d_in)  # (..., d_in) -> (N, d_in)
-        y = x2 @ self.params["W"].astype(dt, copy=False)  # (N, d_in) -> (N, d_out)
+    def forward(self, x):
+        """``x @ W + b`` on a checked ``x`` (..., d_in) -> (..., d_out)."""
+        x2 = x.reshape(-1, self.d_in)  # (..., d_in) -> (N, d_in)
+        y = x2 @ self.params["W"].astype(x.dtype, copy=False)  # (N, d_in) -> (N, d_out)
         if self.has_bias:
-            y += self.params["b"].astype(dt, copy=False)
-        self._cache = {"x": x2, "shape": x.shape}
-        return y.reshape(*x.shape[:-1], self.d_out).astype(x.dtype, copy=False)
+            y += self.params["b"].astype(x.dtype, copy=False)
+        self.cache = {"x": x2, "shape": x.shape}
+        return y.reshape(*x.shape[:-1], self.d_out)  # (N, d_out) -> (..., d_out)
 
     def backward(self, grad_output):
         r"""Backward pass of the last call.
@@ -233,10 +148,10 @@ class Linear:
                   \frac{\partial L}{\partial b} = \sum_n g_n, \qquad
                   \frac{\partial L}{\partial x} = g\, W^\top
         """
-        cache = _backward_cache(self, "Linear")
+        cache = self.saved()
         x2 = cache["x"]  # (N, d_in)
         out_shape = tuple(cache["shape"][:-1]) + (self.d_out,)
-        g2 = _check_grad(grad_output, out_shape, x2.dtype).reshape(-1, self.d_out)  # (N, d_out)
+        g2 = as_grad(grad_output, out_shape, x2.dtype).reshape(-1, self.d_out)  # (N, d_out)
         W = self.params["W"]
         grads = {"W": (x2.T @ g2).astype(W.dtype, copy=False)}  # (d_in, N) @ (N, d_out)
         if self.has_bias:
@@ -245,15 +160,11 @@ class Linear:
         dx = g2 @ W.astype(x2.dtype, copy=False).T  # (N, d_out) @ (d_out, d_in) -> (N, d_in)
         return dx.reshape(cache["shape"])  # (N, d_in) -> (..., d_in)
 
-    def zero_grad(self):
-        """Set ``grads`` to zeros shaped like ``params``."""
-        _zero_grads(self)
-
 
 # --------------------------------------------------------------------------------------------
 
 
-class LayerNorm:
+class LayerNorm(Module):
     r"""Layer normalisation over the last axis, with a learned scale and shift.
 
     Parameters
@@ -276,7 +187,7 @@ class LayerNorm:
               + \beta
 
     with the mean and (biased) variance over the D features of each position. After a call
-    ``self._cache`` holds ``x_hat`` (the normalised input, shape (..., D)) and ``rstd``
+    ``self.cache`` holds ``x_hat`` (the normalised input, shape (..., D)) and ``rstd``
     (1 / sqrt(var + eps), shape (..., 1)).
 
     Examples
@@ -290,32 +201,37 @@ class LayerNorm:
     """
 
     def __init__(self, d_model, eps=1e-5, *, dtype=np.float64):
+        super().__init__()
         self.d_model = check_positive_int(d_model, "d_model")
         self.eps = check_positive_float(eps, "eps")
         dtype = check_dtype(dtype)
-        self.params = {"gamma": np.ones(self.d_model, dtype), "beta": np.zeros(self.d_model, dtype)}
-        self.grads = {}  # filled by backward(), same keys as params
-        self._cache = None
+        self.params["gamma"] = np.ones(self.d_model, dtype)
+        self.params["beta"] = np.zeros(self.d_model, dtype)
 
     def __repr__(self):
         return f"LayerNorm(d_model={self.d_model}, eps={self.eps:g})"
 
-    def __call__(self, x):
+    def expected_shapes(self):
+        return {"gamma": (self.d_model,), "beta": (self.d_model,)}
+
+    def checked_call(self, x):
         """Normalise ``x`` of shape (..., D); returns the same shape in ``x``'s dtype."""
-        d = self.d_model
-        _check_param_shapes(self.params, {"gamma": (d,), "beta": (d,)}, "LayerNorm")
-        x = _check_features(x, "x", d, "d_model")
-        dt = compute_dtype(x.dtype)
-        with np.errstate(over="ignore", invalid="ignore"):
+        x = check_features(x, "x", self.d_model, "d_model")
+        y = self.run_or_blame(self.forward, x.astype(compute_dtype(x.dtype), copy=False))
+        return y.astype(x.dtype, copy=False)
+
+    def forward(self, x):
+        """The normalisation of a checked ``x`` (..., D), then ``gamma`` and ``beta``."""
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below
             y, x_hat, rstd = layer_norm_forward(
-                x.astype(dt, copy=False),
-                self.params["gamma"].astype(dt, copy=False),
-                self.params["beta"].astype(dt, copy=False),
+                x,
+                self.params["gamma"].astype(x.dtype, copy=False),
+                self.params["beta"].astype(x.dtype, copy=False),
                 self.eps,
             )
-        check_normalised(rstd, x, "x")
-        self._cache = {"x_hat": x_hat, "rstd": rstd}
-        return y.astype(x.dtype, copy=False)
+        check_normalised(rstd, x, "x")  # a row too large for the dtype: a clear error
+        self.cache = {"x_hat": x_hat, "rstd": rstd}
+        return y
 
     def backward(self, grad_output):
         r"""Backward pass of the last call.
@@ -344,9 +260,9 @@ class LayerNorm:
         components along which the normalisation itself is invariant (a shift of all
         features, and a rescaling).
         """
-        cache = _backward_cache(self, "LayerNorm")
+        cache = self.saved()
         x_hat, rstd = cache["x_hat"], cache["rstd"]  # (..., D), (..., 1)
-        g = _check_grad(grad_output, x_hat.shape, x_hat.dtype)
+        g = as_grad(grad_output, x_hat.shape, x_hat.dtype)
         D = self.d_model
         g2, xh2 = g.reshape(-1, D), x_hat.reshape(-1, D)  # (N, D)
         gamma = self.params["gamma"]
@@ -363,283 +279,72 @@ class LayerNorm:
         dx *= rstd
         return dx
 
-    def zero_grad(self):
-        """Set ``grads`` to zeros shaped like ``params``."""
-        _zero_grads(self)
-
-
-# --------------------------------------------------------------------------------------------
-
-_INV_SQRT_2PI = 0.3989422804014327  # 1 / sqrt(2 pi)
-
-
-def _gelu_backward(h: np.ndarray, a: np.ndarray, grad: np.ndarray) -> np.ndarray:
-    """``grad * GELU'(h)``, with ``GELU'(h) = Phi(h) + h phi(h)``, in ``h``'s dtype.
-
-    ``a = GELU(h) = h Phi(h)`` is the forward output. float64 computes ``Phi`` from the Cephes
-    erf (about 1e-16). float32 reads it off the forward pass, ``Phi(h) = a / h`` (1/2 at
-    ``h = 0``): a quotient of two float32 numbers is correctly rounded, so this is as accurate
-    as ``a`` itself and costs one division instead of a second evaluation of the tail.
-    """
-    if h.dtype != np.float32:
-        h64 = h.astype(np.float64, copy=False)
-        cdf = _erf64(h64 * 0.7071067811865476)  # erf(h / sqrt(2))
-        cdf += 1.0
-        cdf *= 0.5
-        pdf = np.exp(-0.5 * h64 * h64)
-        pdf *= _INV_SQRT_2PI
-        pdf *= h64
-        cdf += pdf
-        return (grad * cdf).astype(h.dtype, copy=False)
-    half = np.float32(0.5)
-    phi_cdf = np.full(h.shape, half, dtype=np.float32)
-    np.divide(a, h, out=phi_cdf, where=h != 0)  # Phi(h)
-    e = h * h
-    e *= -half
-    np.exp(e, out=e)  # exp(-h^2 / 2)
-    e *= h
-    e *= np.float32(_INV_SQRT_2PI)  # h phi(h)
-    phi_cdf += e
-    phi_cdf *= grad
-    return phi_cdf
-
-
-_ACTIVATIONS = ("relu", "gelu")
-
-
-class FeedForward:
-    r"""Position-wise feed-forward network: two Linear layers with an activation between.
-
-    Parameters
-    ----------
-    d_model : int
-        Input and output features D (> 0).
-    d_ff : int
-        Hidden features (> 0), 4 * d_model in the paper.
-    activation : {"relu", "gelu"}, default "relu"
-        ``"relu"`` as in the paper; ``"gelu"`` is the exact (erf) GELU of BERT.
-    rng : np.random.Generator or int, optional
-    dtype : {np.float64, np.float32}, default np.float64
-
-    Attributes
-    ----------
-    linear1 : Linear
-        D -> d_ff.
-    linear2 : Linear
-        d_ff -> D.
-    params : NestedParams
-        Live view with keys ``linear1.W``, ``linear1.b``, ``linear2.W``, ``linear2.b``.
-
-    Notes
-    -----
-    .. math:: \mathrm{FFN}(x) = \mathrm{act}(x W_1 + b_1)\, W_2 + b_2
-
-    After a call ``self._cache`` holds ``h``, the hidden pre-activation (N, d_ff); each
-    Linear keeps its own cache.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import FeedForward
-    >>> ff = FeedForward(8, 32, rng=np.random.default_rng(0))
-    >>> ff(np.ones((2, 3, 8))).shape
-    (2, 3, 8)
-    """
-
-    def __init__(self, d_model, d_ff, *, activation="relu", rng=None, dtype=np.float64):
-        d_model = check_positive_int(d_model, "d_model")
-        d_ff = check_positive_int(d_ff, "d_ff")
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f'activation must be "relu" or "gelu", got {activation!r}')
-        rng = check_rng(rng)
-        self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
-        self.linear1 = Linear(d_model, d_ff, rng=rng, dtype=dtype)
-        self.linear2 = Linear(d_ff, d_model, rng=rng, dtype=dtype)
-        self.params = NestedParams({"linear1": self.linear1, "linear2": self.linear2})
-        self.grads = NestedParams({"linear1": self.linear1, "linear2": self.linear2}, "grads")
-        self._cache = None
-
-    def __repr__(self):
-        return (
-            f"FeedForward(d_model={self.d_model}, d_ff={self.d_ff}, activation={self.activation!r})"
-        )
-
-    def __call__(self, x):
-        """Apply the network to ``x`` of shape (..., D); returns the same shape."""
-        _check_param_shapes(self.linear1.params, self.linear1._expected(), "FeedForward.linear1")
-        _check_param_shapes(self.linear2.params, self.linear2._expected(), "FeedForward.linear2")
-        x = _check_features(x, "x", self.d_model, "d_model")
-        out_dtype = x.dtype
-        x = x.astype(compute_dtype(out_dtype), copy=False)
-        h = self.linear1._forward(x)  # (..., D) -> (..., d_ff)
-        if self.activation == "relu":
-            a = np.maximum(h, h.dtype.type(0))
-        else:
-            a = _gelu_exact(h)
-        y = self.linear2._forward(a)  # (..., d_ff) -> (..., D)
-        self._cache = {"h": h.reshape(-1, self.d_ff)}  # (..., d_ff) -> (N, d_ff), a view
-        check_finite(y, "the FeedForward output (the activations overflowed)")
-        return y.astype(out_dtype, copy=False)
-
-    def backward(self, grad_output):
-        r"""Backward pass of the last call.
-
-        Parameters
-        ----------
-        grad_output : ndarray of shape (..., D)
-            dL/dy.
-
-        Returns
-        -------
-        ndarray of shape (..., D)
-            dL/dx. ``self.grads`` (a live view like ``params``) holds the gradients of both
-            Linear layers.
-
-        Notes
-        -----
-        With :math:`h = x W_1 + b_1` the hidden pre-activation and :math:`\delta = g W_2^\top`:
-
-        .. math:: \frac{\partial L}{\partial h} = \delta \odot \mathrm{act}'(h), \qquad
-                  \mathrm{ReLU}'(h) = [h > 0], \qquad
-                  \mathrm{GELU}'(h) = \Phi(h) + h\, \varphi(h)
-
-        with :math:`\Phi` and :math:`\varphi` the standard normal CDF and density.
-        """
-        cache = _backward_cache(self, "FeedForward")
-        h = cache["h"]
-        a = self.linear2._cache["x"]  # the activation act(h), input of linear2, (N, d_ff)
-        da = self.linear2.backward(grad_output)  # (..., D) -> (..., d_ff)
-        shape = da.shape
-        da = da.reshape(h.shape)
-        if self.activation == "relu":
-            dh = da * (h > 0)
-        else:
-            dh = _gelu_backward(h, a.reshape(h.shape), da)
-        return self.linear1.backward(dh.reshape(shape))  # (..., d_ff) -> (..., D)
-
-    def zero_grad(self):
-        """Set the gradients of both Linear layers to zero."""
-        self.linear1.zero_grad()
-        self.linear2.zero_grad()
-
 
 # --------------------------------------------------------------------------------------------
 
 
-class Embedding:
-    r"""Token embedding: a lookup table of one vector per token id.
+class Dropout(Module):
+    """Inverted dropout: in training, zero each value with probability ``p`` and scale the rest.
 
     Parameters
     ----------
-    vocab_size : int
-        Number of distinct token ids V (> 0).
-    d_model : int
-        Embedding width D (> 0).
-    scale : bool, default True
-        Multiply the looked-up vectors by sqrt(d_model), as in the paper (section 3.4).
+    p : float in [0, 1)
+        Drop probability.
     rng : np.random.Generator or int, optional
-    dtype : {np.float64, np.float32}, default np.float64
-
-    Attributes
-    ----------
-    params : dict
-        ``W`` of shape (V, D), initialised N(0, 1/D), so that the scaled embedding
-        sqrt(D) * W[id] has unit variance, the same scale as the positional encoding
-        (Fairseq's choice).
+        Source of the random masks.
 
     Notes
     -----
-    .. math:: \mathrm{Embedding}(t) = \sqrt{d_{\text{model}}}\; W_{t,:}
+    .. math:: y = \\frac{m \\odot x}{1 - p}, \\qquad m_i \\sim \\mathrm{Bernoulli}(1 - p)
 
-    After a call ``self._cache`` holds the ``ids``.
+    so that the expected value of ``y`` is ``x``; at evaluation time (``training = False``) the
+    layer is the identity. The backward pass multiplies by the same mask.
 
     Examples
     --------
     >>> import numpy as np
-    >>> from transformer_np import Embedding
-    >>> emb = Embedding(100, 16, rng=np.random.default_rng(0))
-    >>> emb(np.array([[1, 2, 3], [4, 5, 6]])).shape
-    (2, 3, 16)
+    >>> from transformer_np import Dropout
+    >>> drop = Dropout(0.5, rng=np.random.default_rng(0))
+    >>> drop.training = True
+    >>> y = drop(np.ones(8))
+    >>> sorted(set(y.tolist()))
+    [0.0, 2.0]
     """
 
-    def __init__(self, vocab_size, d_model, *, scale=True, rng=None, dtype=np.float64):
-        self.vocab_size = check_positive_int(vocab_size, "vocab_size")
-        self.d_model = check_positive_int(d_model, "d_model")
-        check_bool(scale, "scale")
-        self.scale = bool(scale)
-        dtype = check_dtype(dtype)
-        rng = check_rng(rng)
-        std = 1.0 / math.sqrt(self.d_model)
-        W = std * rng.standard_normal((self.vocab_size, self.d_model))
-        self.params = {"W": W.astype(dtype)}
-        self.grads = {}  # filled by backward(), same keys as params
-        self._cache = None
+    def __init__(self, p=0.0, rng=None):
+        super().__init__()
+        check_probability(p, "Dropout.p")
+        self.p = float(p)
+        self.rng = check_rng(rng)
 
     def __repr__(self):
-        return (
-            f"Embedding(vocab_size={self.vocab_size}, d_model={self.d_model}, scale={self.scale})"
-        )
+        return f"Dropout(p={self.p})"
 
-    def __call__(self, ids):
-        """Look up ``ids`` (integer array of any shape); returns shape ids.shape + (D,)."""
-        _check_param_shapes(self.params, {"W": (self.vocab_size, self.d_model)}, "Embedding")
-        ids = as_typed_array(ids, "ids", "iu", "an array of integer token ids")
-        if ids.size:
-            lo, hi = int(ids.min()), int(ids.max())
-            if lo < 0 or hi >= self.vocab_size:
-                bad = lo if lo < 0 else hi
-                raise ValueError(
-                    f"ids must be in [0, vocab_size) = [0, {self.vocab_size}), got {bad} "
-                    f"(ids range from {lo} to {hi})"
-                )
-        W = self.params["W"]
-        out = W[ids]  # ids.shape -> ids.shape + (D,)
-        if self.scale:
-            out *= W.dtype.type(math.sqrt(self.d_model))
-        self._cache = {"ids": ids}
-        return out
+    def checked_call(self, x):
+        return self.forward(as_float_array(x, "x"))
+
+    def forward(self, x):
+        """``x`` itself at evaluation time; ``x`` with a fresh random mask in training."""
+        if not self.training or self.p == 0.0:
+            self.cache = None
+            return x
+        keep = self.rng.random(x.shape) >= self.p  # each value kept with probability 1 - p
+        self.cache = keep.astype(x.dtype) * x.dtype.type(1.0 / (1.0 - self.p))
+        return x * self.cache
 
     def backward(self, grad_output):
-        r"""Backward pass of the last call.
+        """The gradient through the same mask (unchanged at evaluation time)."""
+        return grad_output if self.cache is None else grad_output * self.cache
 
-        Parameters
-        ----------
-        grad_output : ndarray of shape ids.shape + (D,)
-            dL/d(output).
 
-        Returns
-        -------
-        None
-            Token ids are integers: there is no gradient with respect to them.
-            ``self.grads["W"]`` (V, D) gets the gradient of the table.
-
-        Notes
-        -----
-        Row :math:`t` of the table receives the sum of the gradients at every position where
-        token :math:`t` occurs (times :math:`\sqrt{d_{\text{model}}}` when scaled); rows of
-        tokens absent from the batch get 0.
-
-        .. math:: \frac{\partial L}{\partial W_{t,:}} = \sqrt{d_{\text{model}}}
-                  \sum_{n:\ \mathrm{ids}_n = t} g_n
-        """
-        cache = _backward_cache(self, "Embedding")
-        ids = cache["ids"]
-        W = self.params["W"]
-        g = _check_grad(grad_output, ids.shape + (self.d_model,), W.dtype)
-        g2 = g.reshape(-1, self.d_model)  # (N, D)
-        if self.scale:
-            g2 = g2 * W.dtype.type(math.sqrt(self.d_model))
-        # Scatter-add (repeated ids accumulate): sort the positions by id, sum each run of
-        # equal ids with one reduceat, write one row per distinct id.
-        flat = ids.reshape(-1)
-        order = np.argsort(flat, kind="stable")
-        sorted_ids = flat[order]
-        starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
-        dW = np.zeros_like(W)
-        dW[sorted_ids[starts]] = np.add.reduceat(g2[order], starts, axis=0)  # (n_distinct, D)
-        self.grads = {"W": dW}
-        return None
-
-    def zero_grad(self):
-        """Set ``grads`` to zeros shaped like ``params``."""
-        _zero_grads(self)
+def check_probability(p, name: str) -> float:
+    """``p`` as a float in [0, 1), else a TypeError or ValueError naming ``name``."""
+    if isinstance(p, bool | np.bool_) or not isinstance(p, int | float | np.floating | np.integer):
+        raise TypeError(f"{name} must be a number, got {p!r}")
+    if not np.isfinite(p):
+        raise ValueError(f"{name} must be a finite number, got {p}")
+    if p < 0.0:
+        raise ValueError(f"{name} must be >= 0.0, got {p}")
+    if p >= 1.0:
+        raise ValueError(f"{name} must be < 1.0, got {p}")
+    return float(p)

@@ -21,7 +21,9 @@ import numpy as np
 
 from .._validation import as_float_array, check_dtype, check_ndim, shape_str
 from ..blocks import EncoderBlock
-from ..layers import Embedding, LayerNorm
+from ..embedding import Embedding
+from ..layers import LayerNorm
+from ..module import running
 from .checkpoint import (
     INSTALL_HINT,
     ModelFileError,
@@ -412,12 +414,13 @@ class MiniLM:
         x = self.embedding_norm(x)  # (B, T, D)
         # 2. Padding mask: a query may attend to real tokens only.
         mask = (attention_mask != 0)[:, None, None, :]  # (B, T) -> (B, 1, 1, T)
-        # 3. The encoder blocks.
+        # 3. The encoder blocks (x and the mask are ours: the blocks need not check them).
         attentions = []
-        for block in self.blocks:
-            x = block(x, mask=mask)  # (B, T, D) -> (B, T, D)
-            if return_attentions:
-                attentions.append(block.attention_weights)  # (B, H, T, T)
+        with running():
+            for block in self.blocks:
+                x = block(x, mask=mask)  # (B, T, D) -> (B, T, D)
+                if return_attentions:
+                    attentions.append(block.attention_weights)  # (B, H, T, T)
         return (x, attentions) if return_attentions else x
 
     def encode(self, sentences: Sequence[str], *, batch_size: int = 32) -> np.ndarray:
