@@ -25,7 +25,7 @@ The public API, re-exported from the modules that define it:
 Loaders for real pretrained weights live in :mod:`transformer_np.pretrained` (extra dependencies).
 """
 
-from .attention import attention_steps, scaled_dot_product_attention
+from .attention import attention_backward, attention_steps, scaled_dot_product_attention
 from .blocks import DecoderBlock, EncoderBlock
 from .blockwise import blockwise_attention
 from .checkpoints import load_model, save_model
@@ -65,6 +65,7 @@ __all__ = [
     "KVCache",
     "Module",
     "TiedOutput",
+    "attention_backward",
     "attention_steps",
     "log_softmax",
     "merge_heads",

@@ -13,6 +13,7 @@ import numpy as np
 
 __all__ = [
     "as_float_array",
+    "all_finite",
     "as_typed_array",
     "check_axis",
     "check_bool",
@@ -163,6 +164,19 @@ def check_finite(x: np.ndarray, name: str, *, allow_neg_inf: bool = False) -> No
         f"{name} contains {what} ({int(bad.sum())} of {x.size} values, first at index {first}); "
         "expected finite values" + (" (-inf is allowed)" if allow_neg_inf else "")
     )
+
+
+def all_finite(x: np.ndarray) -> bool:
+    """Whether ``x`` holds no NaN or inf, in one pass without a temporary array when it does.
+
+    A finite sum proves every value finite (NaN and inf propagate through addition); only a
+    sum that is not finite (a bad value, or large finite values that overflow) needs the
+    element-wise check.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.add.reduce(x, axis=None)):
+            return True
+    return bool(np.isfinite(x).all())
 
 
 def first_index(mask: np.ndarray) -> tuple[int, ...]:

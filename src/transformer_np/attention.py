@@ -26,6 +26,7 @@ from .functional import softmax
 from .module import checks_done
 
 __all__ = [
+    "attention_backward",
     "attention_steps",
     "scaled_dot_product_attention",
 ]
@@ -57,6 +58,41 @@ def attention_steps(q, k, v, mask=None, bias=None):
 
 
 # --8<-- [end:attention_steps]
+
+
+# --8<-- [start:attention_backward]
+def attention_backward(grad_output, q, k, v, weights):
+    r"""The gradients of :func:`attention_steps` with respect to q, k and v.
+
+    ``grad_output`` (..., n_q, d_v) is dL/d(output); ``q``, ``k``, ``v`` and ``weights``
+    (..., n_q, n_k) are those of the forward pass. Returns ``(dq, dk, dv)``, shaped like
+    q, k, v. A mask and a bias are constants: a blocked key has weight 0, so its score gets
+    gradient 0 here without being told.
+
+    Notes
+    -----
+    With :math:`S = Q K^\top / \sqrt{d_k}`, :math:`A = \mathrm{softmax}(S)`, :math:`O = A V`
+    and :math:`G = \partial L / \partial O`: :math:`\partial L/\partial V = A^\top G`,
+    :math:`\partial L/\partial A = G V^\top`, :math:`\partial L/\partial S_{ij} =
+    A_{ij} (\partial L/\partial A_{ij} - \sum_l A_{il}\, \partial L/\partial A_{il})`,
+    :math:`\partial L/\partial Q = (\partial L/\partial S) K / \sqrt{d_k}`,
+    :math:`\partial L/\partial K = (\partial L/\partial S)^\top Q / \sqrt{d_k}`.
+    """
+    d_k = q.shape[-1]
+    # 5. output = weights @ v
+    dv = np.swapaxes(weights, -1, -2) @ grad_output  # (..., n_k, n_q) @ (..., n_q, d_v)
+    dw = grad_output @ np.swapaxes(v, -1, -2)  # (..., n_q, d_v) @ (..., d_v, n_k)
+    # 4. softmax, row by row: ds_j = w_j (dw_j - sum_i w_i dw_i) (its Jacobian, never built)
+    ds = dw - np.einsum("...ij,...ij->...i", dw, weights)[..., None]  # (..., n_q, n_k)
+    ds *= weights
+    # 1. scores = q k^T / sqrt(d_k)
+    ds /= np.sqrt(d_k)
+    dq = ds @ k  # (..., n_q, n_k) @ (..., n_k, d_k) -> (..., n_q, d_k)
+    dk = np.swapaxes(ds, -1, -2) @ q  # (..., n_k, n_q) @ (..., n_q, d_k) -> (..., n_k, d_k)
+    return dq, dk, dv
+
+
+# --8<-- [end:attention_backward]
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, *, bias=None, need_weights=True):

@@ -22,7 +22,7 @@ from collections.abc import Iterator, MutableMapping
 
 import numpy as np
 
-from ._validation import check_finite, shape_str
+from ._validation import all_finite, check_finite, shape_str
 
 __all__ = ["Module", "NestedParams", "as_grad", "checks_done", "running"]
 
@@ -123,7 +123,7 @@ class Module:
             self.check_parameters()
             raise
         y = result[0] if isinstance(result, tuple) else result
-        if not np.isfinite(y).all():
+        if not all_finite(y):
             self.check_parameters()
             raise ValueError(
                 f"the {type(self).__name__} output is not finite: it overflowed {y.dtype}"

@@ -27,10 +27,10 @@ from ._validation import (
     compute_dtype,
     shape_str,
 )
-from .attention import as_bool_mask, check_bias, scaled_dot_product_attention
+from .attention import as_bool_mask, attention_backward, check_bias, scaled_dot_product_attention
 from .module import Module, as_grad
 
-__all__ = ["KVCache", "MultiHeadAttention", "merge_heads", "split_heads"]
+__all__ = ["KVCache", "MultiHeadAttention", "merge_heads", "project", "split_heads"]
 
 
 # --8<-- [start:heads]
@@ -369,7 +369,7 @@ class MultiHeadAttention(Module):
         """
         c = self.saved()
         B, T, S = c["shape"]
-        H, Dh, D = self.n_heads, self.d_head, self.d_model
+        H, D = self.n_heads, self.d_model
         dt = c["dtype"]
         g2 = as_grad(grad_output, (T, D) if c["squeeze"] else (B, T, D), dt)
         g2 = g2.reshape(B * T, D)  # (B, T, D) -> (B*T, D)
@@ -381,18 +381,8 @@ class MultiHeadAttention(Module):
             grads["b_o"] = g2.sum(axis=0)
         dctx = g2 @ p["W_o"].T  # (B*T, D) @ (D, D) -> (B*T, D)
         dctx = split_heads(dctx.reshape(B, T, D), H)  # (B*T, D) -> (B, H, T, Dh)
-        # --8<-- [start:attention_backward]
-        # 3. attention: ctx = w @ v, w = softmax(s), s = (q / sqrt(Dh)) @ k^T (+ bias, mask)
-        w, q, k, v = c["weights"], c["q"], c["k"], c["v"]
-        dv = np.swapaxes(w, -1, -2) @ dctx  # (B, H, S, T) @ (B, H, T, Dh) -> (B, H, S, Dh)
-        ds = dctx @ np.swapaxes(v, -1, -2)  # (B, H, T, Dh) @ (B, H, Dh, S) -> (B, H, T, S)
-        # softmax Jacobian, row by row: ds_j = w_j (dw_j - sum_i w_i dw_i)
-        ds -= np.einsum("...ij,...ij->...i", ds, w)[..., None]  # (B, H, T, S) - (B, H, T, 1)
-        ds *= w
-        ds *= dt.type(1.0 / math.sqrt(Dh))  # the scale 1/sqrt(Dh) of the scores
-        dq = ds @ k  # (B, H, T, S) @ (B, H, S, Dh) -> (B, H, T, Dh)
-        dk = np.swapaxes(ds, -1, -2) @ q  # (B, H, S, T) @ (B, H, T, Dh) -> (B, H, S, Dh)
-        # --8<-- [end:attention_backward]
+        # 3. attention in every head: ctx = softmax(q k^T / sqrt(Dh) + bias, mask) v
+        dq, dk, dv = attention_backward(dctx, c["q"], c["k"], c["v"], c["weights"])
         # 2. merge the heads back
         dq = merge_heads(dq).reshape(B * T, D)  # (B, H, T, Dh) -> (B*T, D)
         dk = merge_heads(dk).reshape(B * S, D)  # (B, H, S, Dh) -> (B*S, D)
