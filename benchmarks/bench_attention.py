@@ -9,7 +9,7 @@ n = 16384 for the memory-efficient versions. Implementations:
 - ``sdpa_nw``   the same with ``need_weights=False`` (the output only, as PyTorch's);
 - ``blockwise`` ``transformer_np.blockwise_attention`` (online softmax, no n x n matrix);
 - ``products``  not attention: only its two matrix products, q k^T and (scores) v, in the
-                blocks and threads of ``sdpa_nw`` (see :func:`_products_only`). No NumPy
+                chunks of rows and threads of ``sdpa_nw`` (see :func:`_products_only`). No NumPy
                 attention can be faster than its own products: the ceiling if exp were free;
 - ``products_exp`` not attention either: the same two products with ``np.exp`` applied in
                 place to every score between them (no maximum, no sums, no division). Every
@@ -44,7 +44,7 @@ implementation, plus one for the matrix-product peak, one after the other.
   and as many for the weights times v). **% of peak** divides by a float32 2048 x 2048 NumPy
   matrix product (``2 n^3`` FLOPs) timed in the same rounds.
 - **Where the time goes**: at the size closest to 2048, a separate worker times each step of
-  the blocked path of ``scaled_dot_product_attention(..., need_weights=False)`` on one core
+  the chunked path of ``scaled_dot_product_attention(..., need_weights=False)`` on one core
   with ``time.thread_time`` (see :func:`profile_steps`): the fractions of CPU time and the cost
   of ``np.exp`` per element.
 - **Too big to run**: ``sdpa`` and ``naive`` at n = 16384 need 8.6 GB of scores (more for
@@ -79,7 +79,7 @@ from timed_calls import TimedProcess, cpu_model, serve
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "attention.json"
 IMPLS = ("naive", "sdpa", "sdpa_nw", "blockwise", "products", "products_exp", "torch")
-# measured at every big n: they do not hold the n x n matrix (products: one block per thread)
+# measured at every big n: they do not hold the n x n matrix (products: one chunk per thread)
 BIG_ONLY = ("sdpa_nw", "blockwise", "products", "products_exp", "torch")
 HEADS, D_HEAD = 8, 64
 
@@ -149,8 +149,8 @@ def _make_call(impl: str, n: int, tile_size: int | None):
     raise ValueError(f"unknown implementation {impl!r}")
 
 
-def _nw_blocks(n: int):
-    """The blocks of rows of ``scaled_dot_product_attention(..., need_weights=False)`` at n."""
+def _nw_chunks(n: int):
+    """The chunks of rows of ``scaled_dot_product_attention(..., need_weights=False)`` at n."""
     from transformer_np._kernels.attention import row_chunks_of_scores
 
     # (one chunk, the whole array, for sizes the package does not split)
@@ -162,38 +162,38 @@ def _nw_blocks(n: int):
 def _products_only(q, k, v, *, with_exp=False):
     """The two matrix products of attention and nothing else, as the package lays them out.
 
-    The blocks of query rows and the threads of ``scaled_dot_product_attention(...,
+    The chunks of query rows and the threads of ``scaled_dot_product_attention(...,
     need_weights=False)``, one buffer per thread, one OpenBLAS thread per product: the time
     that any NumPy attention spends at least, with an ``exp`` that would cost nothing. With
-    ``with_exp``, ``np.exp`` is also applied in place to every block of scores between the two
+    ``with_exp``, ``np.exp`` is also applied in place to every chunk of scores between the two
     products: the least work of any NumPy attention with a softmax.
     """
     import numpy as np
 
-    from transformer_np._kernels.threads import parallel_for
     from transformer_np._kernels.attention import thread_buffer
+    from transformer_np._kernels.threads import parallel_for
 
     n = q.shape[-2]
     out = np.empty(q.shape[:-1] + (v.shape[-1],), q.dtype)
     buffers = {}
 
-    def one_block(block):
-        items, rows = block
-        q_blk = q[items][..., rows, :]
-        scores = thread_buffer(buffers, q_blk.shape[:-1] + (n,), q.dtype)
-        np.matmul(q_blk, k[items].swapaxes(-1, -2), out=scores)
+    def one_chunk(chunk):
+        items, rows = chunk
+        q_chunk = q[items][..., rows, :]
+        scores = thread_buffer(buffers, q_chunk.shape[:-1] + (n,), q.dtype)
+        np.matmul(q_chunk, k[items].swapaxes(-1, -2), out=scores)
         if with_exp:
             np.exp(scores, out=scores)
         np.matmul(scores, v[items], out=out[items][..., rows, :])
 
-    parallel_for(one_block, _nw_blocks(n), one_blas_thread=True)
+    parallel_for(one_chunk, _nw_chunks(n), one_blas_thread=True)
     return out
 
 
 def profile_steps(n: int, reps: int = 3) -> dict:
     """CPU time of each step of ``scaled_dot_product_attention(..., need_weights=False)``.
 
-    The blocks of the package's blocked path, one thread, one OpenBLAS thread; each step timed
+    The chunks of the package's chunked path, one thread, one OpenBLAS thread; each step timed
     with ``time.thread_time`` (CPU time of this thread, less sensitive than wall time to other
     processes sharing the machine). Median over ``reps`` calls. The inputs of the benchmark
     have small scores, so the package skips the row maximum: so do these steps.
@@ -202,8 +202,8 @@ def profile_steps(n: int, reps: int = 3) -> dict:
 
     import numpy as np
 
-    from transformer_np._kernels.threads import blas_single_threaded
     from transformer_np._kernels.attention import scores_are_bounded, thread_buffer
+    from transformer_np._kernels.threads import blas_single_threaded
 
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, HEADS, n, D_HEAD), dtype=np.float32) for _ in range(3))
@@ -212,13 +212,13 @@ def profile_steps(n: int, reps: int = 3) -> dict:
     scale = np.float32(1 / math.sqrt(D_HEAD))
     ones = np.ones(n, np.float32)
     names = ["1. q k^T", "4. exp", "4. row sums", "5. w v", "5. divide"]
-    blocks = _nw_blocks(n)
+    chunks = _nw_chunks(n)
     buffers = {}
     runs = []
     with blas_single_threaded():
         for _ in range(reps + 1):  # the first run, which also maps the memory, is not counted
             spent = dict.fromkeys(names, 0.0)
-            for items, rows in blocks:
+            for items, rows in chunks:
                 qb, kb, vb = q[items][..., rows, :], k[items], v[items]
                 o = output[items][..., rows, :]
                 s = thread_buffer(buffers, qb.shape[:-1] + (n,), np.float32)
@@ -530,7 +530,8 @@ TABLE_TEXT = {
             "peak extra memory (MiB)",
         ],
         "caption": "`sdpa` = `scaled_dot_product_attention`; \u2020 not attention, only its two "
-        "matrix products (and `np.exp` of every score), in the blocks and threads of `sdpa`. "
+        "matrix products (and `np.exp` of every score), in the chunks of rows and threads of "
+        "`sdpa`. "
         "float32, batch 1, {heads} heads, d_head {d}; time: median of the timed "
         "calls; × PyTorch: median of the ratios of calls made in the same round. % of peak: of a "
         "float32 {pn}×{pn} matrix product timed in the same rounds ({peak:.1f} GFLOP/s, median "
@@ -550,9 +551,10 @@ TABLE_TEXT = {
             "memoria extra di picco (MiB)",
         ],
         "caption": "`sdpa` = `scaled_dot_product_attention`; \u2020 non è attention, solo i suoi "
-        "due prodotti di matrici (e `np.exp` di ogni punteggio), con i blocchi e i thread di "
-        "`sdpa`. float32, batch 1, {heads} teste, d_head {d}; tempo: mediana delle chiamate "
-        "cronometrate; × PyTorch: mediana dei rapporti tra chiamate dello stesso giro. % del "
+        "due prodotti di matrici (e `np.exp` di ogni punteggio), con i gruppi di righe e i "
+        "thread di `sdpa`. float32, batch 1, {heads} teste, d_head {d}; tempo: mediana delle "
+        "chiamate cronometrate; × PyTorch: mediana dei rapporti tra chiamate dello stesso giro. "
+        "% del "
         "picco: di un prodotto di matrici float32 {pn}×{pn} cronometrato negli stessi giri "
         "({peak:.1f} GFLOP/s, mediana sulle taglie). Macchina: {cpu}, {cores} core, "
         "{mem} GB di RAM; NumPy {numpy} ({blas}), PyTorch {torch}; {date}; carico medio "
@@ -570,7 +572,7 @@ def markdown_table(res: dict, lang: str = "en") -> str:
     lines = ["| " + " | ".join(text["header"]) + " |", "|---|--:|--:|--:|--:|--:|--:|"]
     for r in res["rows"]:
         star = "" if r["measured"] else " \\*"
-        vs = f"{r['vs_torch']:.2f}" if r["vs_torch"] is not None else "–"
+        vs = f"{r['vs_torch']:.2f}" if r.get("vs_torch") is not None else "–"
         lines.append(
             f"| {impl_name(r['impl'], lang)}{star} | {r['n']} | {r['median_s'] * 1e3:.1f} | "
             f"{r['gflops']:.1f} | {r['pct_peak']:.0f} | {vs} | "
