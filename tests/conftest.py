@@ -1,4 +1,8 @@
-"""Shared fixtures: the built site (built once per test session) and a local server for it."""
+"""Shared fixtures: a seeded random generator (``rng``), PyTorch for the reference tests
+(``torch``), the built site (built once per test session) and a local server for it.
+
+Shared helpers that are not fixtures are in helpers.py.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +16,24 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
+
+
+@pytest.fixture
+def rng():
+    """A NumPy random generator with a fixed seed, new for every test."""
+    return np.random.default_rng(1234)
+
+
+@pytest.fixture(scope="session")
+def torch():
+    """PyTorch, the numerical reference of the ``reference (PyTorch)`` sections; a test that
+    asks for it is skipped when PyTorch is not installed."""
+    return pytest.importorskip("torch")
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,38 @@
-"""Unit tests of scaled_dot_product_attention and MultiHeadAttention (PyTorch comparisons are in
-test_reference_torch.py)."""
+"""attention.py: scaled dot-product attention (attention_steps, scaled_dot_product_attention)
+and its input checks.
+
+Sections: values (against the formula read row by row, masks and biases, dtypes, and the
+properties the chapters state, with hypothesis), errors (bad input gets a ValueError or
+TypeError that names the argument), reference (against PyTorch). Multi-head attention is tested
+in test_multi_head.py, the in-place chunked kernel behind scaled_dot_product_attention in
+test_kernels_attention.py.
+"""
 
 import math
 import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from transformer_np import (
-    MultiHeadAttention,
+    attention_steps,
     causal_mask,
     padding_mask,
     scaled_dot_product_attention,
 )
 
+from helpers import (
+    PROPERTY_SETTINGS,
+    TORCH_FORWARD_TOL,
+    assert_close_to_torch,
+    random_qkv,
+    to_torch,
+)
 
-def _naive_attention(q, k, v, allowed=None):
+
+def attention_row_by_row(q, k, v, allowed=None):
     """One query row at a time, with Python loops: the formula read literally (float64)."""
     n_q, n_k = q.shape[0], k.shape[0]
     out = np.zeros((n_q, v.shape[1]))
@@ -30,7 +47,23 @@ def _naive_attention(q, k, v, allowed=None):
     return out, w
 
 
-# ------------------------------------------------------------------ scaled dot-product attention
+@st.composite
+def attention_case(draw):
+    """Random q, k, v (B, n, d) at a random scale, and a random mask (some rows fully blocked)."""
+    b, n_q, n_k, d = (draw(st.integers(1, n)) for n in (3, 6, 7, 8))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    scale = draw(st.sampled_from([0.1, 1.0, 5.0]))
+    q = rng.standard_normal((b, n_q, d)) * scale
+    k = rng.standard_normal((b, n_k, d)) * scale
+    v = rng.standard_normal((b, n_k, d))
+    mask = rng.random((b, n_q, n_k)) < draw(st.floats(0.0, 1.0))
+    return q, k, v, mask
+
+
+# ============================================================================================
+# values
+# ============================================================================================
 
 
 @pytest.mark.parametrize("lead", [(), (3,), (2, 4)])
@@ -42,9 +75,25 @@ def test_attention_matches_row_by_row_formula_for_any_leading_axes(lead):
     out, w = scaled_dot_product_attention(q, k, v)
     assert out.shape == lead + (5, 3) and w.shape == lead + (5, 7)
     for idx in np.ndindex(*lead):
-        ref_out, ref_w = _naive_attention(q[idx], k[idx], v[idx])
+        ref_out, ref_w = attention_row_by_row(q[idx], k[idx], v[idx])
         np.testing.assert_allclose(w[idx], ref_w, rtol=1e-13, atol=1e-15)
         np.testing.assert_allclose(out[idx], ref_out, rtol=1e-13, atol=1e-14)
+
+
+def test_attention_steps_match_row_by_row_formula_with_a_mask():
+    rng = np.random.default_rng(14)
+    q, k, v = rng.standard_normal((3, 2, 6, 4))
+    allowed = rng.random((6, 6)) < 0.6
+    allowed[:, 0] = True
+    allowed[3] = False  # a row with every key blocked: weights and output 0
+    out, w = attention_steps(q, k, v, allowed)
+    for b in range(2):
+        ref_out, ref_w = attention_row_by_row(q[b], k[b], v[b], allowed)
+        np.testing.assert_allclose(w[b], ref_w, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(out[b], ref_out, rtol=1e-13, atol=1e-14)
+    checked_out, checked_w = scaled_dot_product_attention(q, k, v, allowed)
+    np.testing.assert_allclose(checked_out, out, rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(checked_w, w, rtol=1e-14, atol=1e-15)
 
 
 def test_attention_leading_axes_broadcast_like_matmul():
@@ -64,7 +113,7 @@ def test_masked_attention_matches_row_by_row_formula():
     allowed = rng.random((6, 6)) < 0.6
     allowed[:, 0] = True
     out, w = scaled_dot_product_attention(q, k, v, mask=allowed)
-    ref_out, ref_w = _naive_attention(q, k, v, allowed)
+    ref_out, ref_w = attention_row_by_row(q, k, v, allowed)
     np.testing.assert_allclose(w, ref_w, rtol=1e-13, atol=1e-15)
     np.testing.assert_allclose(out, ref_out, rtol=1e-13, atol=1e-14)
 
@@ -199,146 +248,222 @@ def test_attention_does_not_modify_its_inputs():
         np.testing.assert_array_equal(t, c)
 
 
-# ------------------------------------------------------------------ multi-head attention
+# ------------------------------------------------------------------ properties (hypothesis)
 
 
-def _manual_mha(mha, x_q, x_kv, mask=None):
-    """Multi-head attention with an explicit Python loop over heads (the slow, obvious way)."""
-    p, H, Dh = mha.params, mha.n_heads, mha.d_head
-    q = x_q @ p["W_q"] + p["b_q"]
-    k = x_kv @ p["W_k"] + p["b_k"]
-    v = x_kv @ p["W_v"] + p["b_v"]
-    heads, weights = [], []
-    for h in range(H):
-        cols = slice(h * Dh, (h + 1) * Dh)
-        o, w = scaled_dot_product_attention(q[..., cols], k[..., cols], v[..., cols], mask=mask)
-        heads.append(o)
-        weights.append(w)
-    concat = np.concatenate(heads, axis=-1)
-    return concat @ p["W_o"] + p["b_o"], np.stack(weights, axis=-3)
+@PROPERTY_SETTINGS
+@given(attention_case())
+def test_attention_rows_sum_to_one_unless_fully_blocked(case):
+    q, k, v, mask = case
+    _, w = scaled_dot_product_attention(q, k, v, mask=mask)
+    some = mask.any(axis=-1)
+    np.testing.assert_allclose(w.sum(axis=-1)[some], 1.0, rtol=1e-12)
+    assert np.all(w[~some] == 0)  # fully blocked rows: all weights 0
+    assert np.all(np.isfinite(w))
 
 
-def _mha_with_random_biases(d_model, n_heads, seed):
+@PROPERTY_SETTINGS
+@given(attention_case())
+def test_blocked_positions_get_zero_weight(case):
+    q, k, v, mask = case
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask)
+    assert np.all(w[~mask] == 0)
+    # and the output only mixes allowed values: it equals attention over the allowed keys alone
+    b, i = np.argwhere(mask.any(axis=-1))[0] if mask.any() else (0, 0)
+    if mask[b, i].any():
+        keep = mask[b, i]
+        o, _ = scaled_dot_product_attention(q[b, i : i + 1], k[b, keep], v[b, keep])
+        np.testing.assert_allclose(out[b, i], o[0], rtol=1e-10, atol=1e-12)
+
+
+# ============================================================================================
+# errors
+# ============================================================================================
+
+# q, k, v of the error tests: (B, n_q, d_k) = (2, 5, 8), (B, n_k, d_k) = (2, 6, 8), d_v = 4
+QKV_RNG = np.random.default_rng(0)
+Q = QKV_RNG.standard_normal((2, 5, 8))
+K = QKV_RNG.standard_normal((2, 6, 8))
+V = QKV_RNG.standard_normal((2, 6, 4))
+
+
+def test_mismatched_d_k_between_q_and_k():
+    with pytest.raises(ValueError, match=r"q and k .* d_k.*\(2, 5, 8\).*\(2, 6, 16\)"):
+        scaled_dot_product_attention(Q, np.zeros((2, 6, 16)), V)
+
+
+def test_mismatched_n_k_between_k_and_v():
+    with pytest.raises(ValueError, match=r"k and v .* n_k.*\(2, 6, 8\).*\(2, 7, 4\)"):
+        scaled_dot_product_attention(Q, K, np.zeros((2, 7, 4)))
+
+
+def test_mask_that_does_not_broadcast_to_the_scores():
+    with pytest.raises(
+        ValueError, match=r"mask of shape \(5, 5\) does not broadcast .*\(2, 5, 6\)"
+    ):
+        scaled_dot_product_attention(Q, K, V, mask=np.ones((5, 5), bool))
+
+
+def test_mask_with_extra_leading_axes_is_rejected():
+    with pytest.raises(ValueError, match="mask"):
+        scaled_dot_product_attention(Q, K, V, mask=np.ones((3, 2, 5, 6), bool))
+
+
+def test_float_mask_with_additive_values_points_to_bias():
+    additive = np.where(np.ones((5, 6), bool), 0.0, -np.inf)
+    additive[0, 0] = -np.inf
+    with pytest.raises(ValueError, match="bias="):
+        scaled_dot_product_attention(Q, K, V, mask=additive)
+
+
+def test_non_boolean_mask_dtype():
+    with pytest.raises(TypeError, match="mask"):
+        scaled_dot_product_attention(Q, K, V, mask=np.array([["a"] * 6] * 5))
+
+
+def test_bias_that_does_not_broadcast():
+    with pytest.raises(ValueError, match=r"bias of shape \(4,\)"):
+        scaled_dot_product_attention(Q, K, V, bias=np.zeros(4))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_bias_with_nan_or_plus_inf(bad):
+    bias = np.zeros((5, 6))
+    bias[1, 2] = bad
+    with pytest.raises(ValueError, match="bias contains"):
+        scaled_dot_product_attention(Q, K, V, bias=bias)
+
+
+@pytest.mark.parametrize("name", ["q", "k", "v"])
+def test_integer_inputs_are_type_errors(name):
+    args = {"q": Q, "k": K, "v": V}
+    args[name] = np.ones(args[name].shape, dtype=np.int64)
+    with pytest.raises(TypeError, match=f"{name} must be a floating-point array.*int64"):
+        scaled_dot_product_attention(**args)
+
+
+def test_non_numeric_input_is_a_type_error():
+    with pytest.raises(TypeError, match="q must be a floating-point array"):
+        scaled_dot_product_attention([["a", "b"]], K, V)
+
+
+@pytest.mark.parametrize("name", ["q", "k", "v"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nan_or_inf_in_inputs(name, bad):
+    args = {"q": Q.copy(), "k": K.copy(), "v": V.copy()}
+    args[name][1, 2, 3] = bad
+    with pytest.raises(ValueError, match=rf"{name} contains (NaN|inf).*\(1, 2, 3\)"):
+        scaled_dot_product_attention(**args)
+
+
+def test_input_of_rank_one():
+    with pytest.raises(ValueError, match=r"q must have at least 2 axes.*\(8,\)"):
+        scaled_dot_product_attention(np.ones(8), K[0], V[0])
+
+
+def test_leading_axes_that_do_not_broadcast():
+    with pytest.raises(ValueError, match="leading"):
+        scaled_dot_product_attention(Q, np.zeros((3, 6, 8)), np.zeros((3, 6, 4)))
+
+
+def test_zero_keys_or_zero_width():
+    with pytest.raises(ValueError, match="n_k must be positive"):
+        scaled_dot_product_attention(Q, np.zeros((2, 0, 8)), np.zeros((2, 0, 4)))
+    with pytest.raises(ValueError, match="d_k must be positive"):
+        scaled_dot_product_attention(np.zeros((5, 0)), np.zeros((6, 0)), V[0])
+
+
+def test_overflowing_scores_are_an_error_not_nan():
+    big = np.full((2, 4), 1e20, dtype=np.float32)
+    with pytest.raises(ValueError, match="overflowed float32"):
+        scaled_dot_product_attention(big, big, big)
+
+
+def test_overflow_advice_fits_the_dtype():
+    big = np.full((2, 4), 1e160)
+    with pytest.raises(ValueError, match=r"overflowed float64 .*scale the inputs down$"):
+        scaled_dot_product_attention(big, big, np.ones((2, 4)))
+    big32 = np.full((2, 4), 1e30, np.float32)
+    with pytest.raises(ValueError, match="overflowed float32 .*or use float64"):
+        scaled_dot_product_attention(big32, big32, np.ones((2, 4), np.float32))
+
+
+def test_need_weights_must_be_a_bool():
+    rng = np.random.default_rng(12)
+    q, k, v = random_qkv(rng, (4, 8), (5, 8), dtype=np.float32)
+    with pytest.raises(TypeError, match=r"need_weights must be True or False, got 'no' \(str\)"):
+        scaled_dot_product_attention(q, k, v, need_weights="no")
+    out, w = scaled_dot_product_attention(q, k, v, need_weights=np.bool_(False))  # small path
+    assert w is None
+    np.testing.assert_allclose(out, scaled_dot_product_attention(q, k, v)[0], atol=2e-6)
+
+
+# ============================================================================================
+# reference (PyTorch)
+# ============================================================================================
+
+
+def sdpa_inputs(dtype, lead=(2, 3), n_q=6, n_k=9, d=8, d_v=5, seed=0):
     rng = np.random.default_rng(seed)
-    mha = MultiHeadAttention(d_model, n_heads, rng=rng)
-    for name in ("b_q", "b_k", "b_v", "b_o"):
-        mha.params[name] = rng.standard_normal(d_model) * 0.1
-    return mha, rng
+    return random_qkv(rng, lead + (n_q, d), lead + (n_k, d), d_v=d_v, dtype=dtype)
 
 
-@pytest.mark.parametrize("batched", [False, True])
-def test_mha_self_attention_equals_loop_over_heads(batched):
-    mha, rng = _mha_with_random_biases(16, 4, 0)
-    x = rng.standard_normal((2, 5, 16) if batched else (5, 16))
-    out, w = mha(x)
-    ref_out, ref_w = _manual_mha(mha, x, x)
-    assert out.shape == x.shape
-    assert w.shape == ((2, 4, 5, 5) if batched else (4, 5, 5))
-    np.testing.assert_allclose(out, ref_out, rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(w, ref_w, rtol=1e-12, atol=1e-14)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("lead", [(), (4,), (2, 3)])
+def test_sdpa_without_mask_matches_torch(torch, dtype, lead):
+    q, k, v = sdpa_inputs(dtype, lead)
+    out, w = scaled_dot_product_attention(q, k, v)
+    ref = torch.nn.functional.scaled_dot_product_attention(to_torch(q), to_torch(k), to_torch(v))
+    assert out.dtype == dtype and w.dtype == dtype
+    assert_close_to_torch(out, ref.numpy(), "sdpa output", atol=TORCH_FORWARD_TOL[dtype])
 
 
-def test_mha_cross_attention_with_other_length_and_padding_mask():
-    mha, rng = _mha_with_random_biases(12, 3, 1)
-    x_q = rng.standard_normal((2, 4, 12))
-    x_kv = rng.standard_normal((2, 7, 12))
-    mask = padding_mask([7, 5])
-    out, w = mha(x_q, x_kv, mask=mask)
-    assert out.shape == (2, 4, 12) and w.shape == (2, 3, 4, 7)
-    assert np.all(w[1, :, :, 5:] == 0)
-    ref_out, ref_w = _manual_mha(mha, x_q, x_kv, mask=mask[:, 0])  # (B, 1, S) per head
-    np.testing.assert_allclose(out, ref_out, rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(w, ref_w, rtol=1e-12, atol=1e-14)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sdpa_with_boolean_mask_matches_torch(torch, dtype):
+    q, k, v = sdpa_inputs(dtype)
+    rng = np.random.default_rng(1)
+    mask = rng.random((2, 1, 6, 9)) < 0.5  # broadcast over heads
+    mask[..., 0] = True  # no fully blocked row (torch returns NaN there)
+    out, _ = scaled_dot_product_attention(q, k, v, mask=mask)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        to_torch(q), to_torch(k), to_torch(v), attn_mask=to_torch(mask)
+    ).numpy()
+    assert_close_to_torch(out, ref, "sdpa output, bool mask", atol=TORCH_FORWARD_TOL[dtype])
 
 
-def test_mha_with_one_head_is_single_attention_on_the_projections():
-    mha, rng = _mha_with_random_biases(8, 1, 2)
-    x = rng.standard_normal((6, 8))
-    p = mha.params
-    o, w1 = scaled_dot_product_attention(
-        x @ p["W_q"] + p["b_q"], x @ p["W_k"] + p["b_k"], x @ p["W_v"] + p["b_v"]
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sdpa_with_causal_mask_matches_torch_is_causal(torch, dtype):
+    q, k, v = sdpa_inputs(dtype, n_q=7, n_k=7)
+    out, _ = scaled_dot_product_attention(q, k, v, mask=causal_mask(7))
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        to_torch(q), to_torch(k), to_torch(v), is_causal=True
     )
-    out, w = mha(x)
-    np.testing.assert_allclose(w[0], w1, rtol=1e-13)
-    np.testing.assert_allclose(out, o @ p["W_o"] + p["b_o"], rtol=1e-12, atol=1e-13)
+    assert_close_to_torch(out, ref.numpy(), "sdpa output, causal", atol=TORCH_FORWARD_TOL[dtype])
 
 
-def test_mha_parameters_are_created_once_so_calls_are_repeatable():
-    mha = MultiHeadAttention(16, 4, rng=np.random.default_rng(0))
-    x = np.random.default_rng(1).standard_normal((3, 16))
-    out1, _ = mha(x)
-    out2, _ = mha(x)
-    np.testing.assert_array_equal(out1, out2)
-
-
-def test_mha_same_seed_gives_same_weights_and_xavier_range():
-    a = MultiHeadAttention(32, 4, rng=np.random.default_rng(7))
-    b = MultiHeadAttention(32, 4, rng=np.random.default_rng(7))
-    limit = math.sqrt(6 / (32 + 32))
-    for name in ("W_q", "W_k", "W_v", "W_o"):
-        np.testing.assert_array_equal(a.params[name], b.params[name])
-        assert a.params[name].shape == (32, 32)
-        assert np.abs(a.params[name]).max() <= limit
-    for name in ("b_q", "b_k", "b_v", "b_o"):
-        np.testing.assert_array_equal(a.params[name], np.zeros(32))
-
-
-def test_mha_without_bias_has_no_bias_parameters():
-    mha = MultiHeadAttention(8, 2, bias=False, rng=np.random.default_rng(0))
-    assert sorted(mha.params) == ["W_k", "W_o", "W_q", "W_v"]
-    x = np.random.default_rng(1).standard_normal((3, 8))
-    out, _ = mha(x)
-    p = mha.params
-    o, _ = scaled_dot_product_attention(
-        (x @ p["W_q"]).reshape(3, 2, 4).transpose(1, 0, 2),
-        (x @ p["W_k"]).reshape(3, 2, 4).transpose(1, 0, 2),
-        (x @ p["W_v"]).reshape(3, 2, 4).transpose(1, 0, 2),
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sdpa_with_additive_float_mask_matches_torch(torch, dtype):
+    q, k, v = sdpa_inputs(dtype)
+    rng = np.random.default_rng(2)
+    bias = rng.standard_normal((6, 9)).astype(dtype)
+    bias[rng.random((6, 9)) < 0.3] = -np.inf
+    bias[:, 0] = 0.0
+    out, _ = scaled_dot_product_attention(q, k, v, bias=bias)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        to_torch(q), to_torch(k), to_torch(v), attn_mask=to_torch(bias)
     )
-    np.testing.assert_allclose(out, o.transpose(1, 0, 2).reshape(3, 8) @ p["W_o"], rtol=1e-12)
+    assert_close_to_torch(
+        out, ref.numpy(), "sdpa output, additive mask", atol=TORCH_FORWARD_TOL[dtype]
+    )
 
 
-def test_mha_2d_input_equals_batch_of_one():
-    mha, rng = _mha_with_random_biases(8, 2, 3)
-    x = rng.standard_normal((5, 8))
-    out2, w2 = mha(x, mask=causal_mask(5))
-    out3, w3 = mha(x[None], mask=causal_mask(5))
-    np.testing.assert_array_equal(out2, out3[0])
-    np.testing.assert_array_equal(w2, w3[0])
-
-
-@pytest.mark.parametrize("param_dtype", [np.float32, np.float64])
-def test_mha_computes_in_the_input_dtype(param_dtype):
-    mha = MultiHeadAttention(8, 2, rng=np.random.default_rng(0), dtype=param_dtype)
-    assert all(p.dtype == param_dtype for p in mha.params.values())
-    x = np.random.default_rng(1).standard_normal((2, 3, 8))
-    out32, w32 = mha(x.astype(np.float32))
-    out64, _ = mha(x)
-    assert out32.dtype == np.float32 and w32.dtype == np.float32
-    assert out64.dtype == np.float64
-    np.testing.assert_allclose(out32, out64, atol=1e-5)
-
-
-def test_mha_additive_bias_equals_boolean_mask():
-    mha, rng = _mha_with_random_biases(8, 2, 4)
-    x = rng.standard_normal((2, 4, 8))
-    pm = padding_mask([4, 2])
-    out_m, w_m = mha(x, mask=pm)
-    out_b, w_b = mha(x, bias=np.where(pm, 0.0, -1e4))  # BERT-style large negative bias
-    np.testing.assert_allclose(out_b, out_m, rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(w_b, w_m, atol=1e-300)
-
-
-def test_mha_cache_holds_what_a_backward_pass_needs():
-    mha, rng = _mha_with_random_biases(8, 2, 5)
-    x_q = rng.standard_normal((2, 3, 8))
-    x_kv = rng.standard_normal((2, 4, 8))
-    _, w = mha(x_q, x_kv)
-    c = mha._cache
-    assert c["x_q"].shape == (6, 8) and c["x_kv"].shape == (8, 8)
-    assert c["q"].shape == (2, 2, 3, 4) and c["k"].shape == (2, 2, 4, 4)
-    assert c["v"].shape == (2, 2, 4, 4) and c["context"].shape == (6, 8)
-    np.testing.assert_array_equal(c["weights"], w)
-    assert c["shape"] == (2, 3, 4) and not c["squeeze"] and not c["self_attention"]
-    np.testing.assert_allclose(
-        c["context"] @ mha.params["W_o"] + mha.params["b_o"], mha(x_q, x_kv)[0].reshape(6, 8)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sdpa_weights_match_softmax_of_torch_scores(torch, dtype):
+    q, k, v = sdpa_inputs(dtype)
+    mask = causal_mask(9)[:6]
+    _, w = scaled_dot_product_attention(q, k, v, mask=mask)
+    scores = to_torch(q) @ to_torch(k).transpose(-1, -2) / np.sqrt(8)
+    scores = scores.masked_fill(~to_torch(mask), float("-inf"))
+    assert_close_to_torch(
+        w, torch.softmax(scores, dim=-1).numpy(), "sdpa weights", atol=TORCH_FORWARD_TOL[dtype]
     )

@@ -1,9 +1,19 @@
-"""Unit tests of EncoderBlock: built from the package's layers, post-LN and pre-LN."""
+"""blocks.py: the encoder block and the decoder block, post-LN and pre-LN.
+
+Sections: values (built from the package's layers, the post-LN and pre-LN formulas, masks,
+dtypes, and the properties the chapters state, with hypothesis), errors (bad arguments, input
+and memory), backward (against finite differences), reference (outputs and gradients against
+torch.nn.TransformerEncoderLayer and TransformerDecoderLayer). Stacks of blocks are tested in
+test_stacks.py.
+"""
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from transformer_np import (
+    DecoderBlock,
     EncoderBlock,
     FeedForward,
     LayerNorm,
@@ -12,15 +22,35 @@ from transformer_np import (
     padding_mask,
 )
 
+from helpers import (
+    PROPERTY_SETTINGS,
+    TORCH_FORWARD_TOL,
+    TORCH_GRAD_TOL,
+    assert_close_to_torch,
+    gradcheck_layer,
+    load_decoder_layer,
+    load_encoder_layer,
+    randomise_biases,
+    to_torch,
+    to_torch64,
+    to_torch_blocked,
+    torch_decoder_layer_grads,
+    torch_dtype,
+    torch_encoder_layer_grads,
+)
 
-def _block(norm_first, seed=0, **kw):
+
+def encoder_block_with_random_biases(norm_first, seed=0, **kw):
+    """EncoderBlock(16, 4, 32) with nonzero biases and LayerNorm betas, gammas near 1."""
     rng = np.random.default_rng(seed)
     block = EncoderBlock(16, 4, 32, norm_first=norm_first, rng=rng, **kw)
-    for name in block.params:
-        if name.endswith(("gamma", "beta")) or ".b" in name:
-            base = 1.0 if name.endswith("gamma") else 0.0
-            block.params[name] = base + 0.1 * rng.standard_normal(block.params[name].shape)
+    randomise_biases(block.params, rng, scale=0.1)
     return block, rng
+
+
+# ============================================================================================
+# values
+# ============================================================================================
 
 
 def test_block_is_made_of_the_package_layers():
@@ -34,7 +64,7 @@ def test_block_is_made_of_the_package_layers():
 
 
 def test_post_ln_is_layernorm_of_x_plus_sublayer():
-    block, rng = _block(norm_first=False)
+    block, rng = encoder_block_with_random_biases(norm_first=False)
     x = rng.standard_normal((2, 5, 16))
     mask = padding_mask([5, 3])
     a, _ = block.attn(x, mask=mask)
@@ -44,7 +74,7 @@ def test_post_ln_is_layernorm_of_x_plus_sublayer():
 
 
 def test_pre_ln_is_x_plus_sublayer_of_layernorm():
-    block, rng = _block(norm_first=True)
+    block, rng = encoder_block_with_random_biases(norm_first=True)
     x = rng.standard_normal((2, 5, 16))
     a, _ = block.attn(block.norm1(x), mask=causal_mask(5))
     h = x + a
@@ -61,8 +91,16 @@ def test_post_ln_output_is_normalised_and_pre_ln_output_is_not():
     assert np.abs(pre.var(-1) - 1.0).max() > 1.0  # keeps the large scale of x
 
 
+def test_decoder_block_post_ln_output_is_normalised():
+    rng = np.random.default_rng(0)
+    block = DecoderBlock(16, 4, 32, rng=rng)
+    y = block(rng.standard_normal((2, 3, 16)) * 5, rng.standard_normal((2, 4, 16)))
+    np.testing.assert_allclose(y.mean(-1), 0, atol=1e-7)
+    np.testing.assert_allclose(y.std(-1), 1, atol=1e-3)
+
+
 def test_block_stores_attention_weights_and_masks_padding():
-    block, rng = _block(norm_first=False)
+    block, rng = encoder_block_with_random_biases(norm_first=False)
     x = rng.standard_normal((2, 5, 16))
     block(x, mask=padding_mask([5, 2]))
     w = block.attention_weights
@@ -72,7 +110,7 @@ def test_block_stores_attention_weights_and_masks_padding():
 
 
 def test_block_additive_bias_is_passed_to_attention():
-    block, rng = _block(norm_first=False, eps=1e-12, activation="gelu")
+    block, rng = encoder_block_with_random_biases(norm_first=False, eps=1e-12, activation="gelu")
     x = rng.standard_normal((2, 4, 16))
     pm = padding_mask([4, 3])
     y_mask = block(x, mask=pm)
@@ -89,10 +127,243 @@ def test_block_keeps_dtype_and_accepts_unbatched_input(dtype):
     np.testing.assert_allclose(y, block(x[None])[0], rtol=1e-5 if dtype == np.float32 else 1e-14)
 
 
-def test_blocks_stack():
+def test_encoder_block_with_zero_dropout_in_training_mode_equals_evaluation_mode():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 5, 16))
+    for norm_first in (False, True):
+        training = EncoderBlock(16, 4, 32, norm_first=norm_first, dropout=0.0, rng=1).train()
+        block = EncoderBlock(16, 4, 32, norm_first=norm_first, rng=1)
+        np.testing.assert_array_equal(training(x), block(x))
+
+
+def test_stacked_encoder_blocks_keep_the_shape_and_stay_finite():
     rng = np.random.default_rng(3)
     blocks = [EncoderBlock(8, 2, 16, rng=rng) for _ in range(3)]
     x = rng.standard_normal((2, 4, 8))
     for b in blocks:
         x = b(x)
     assert x.shape == (2, 4, 8) and np.all(np.isfinite(x))
+
+
+# ------------------------------------------------------------------ properties (hypothesis)
+
+
+@PROPERTY_SETTINGS
+@given(st.integers(2, 8), st.data(), st.integers(0, 2**32 - 1))
+def test_causal_encoder_block_output_at_i_ignores_tokens_after_i(T, data, seed):
+    i = data.draw(st.integers(0, T - 2))
+    rng = np.random.default_rng(seed)
+    block = EncoderBlock(8, 2, 16, rng=rng)
+
+    def run(x):
+        return block(x, mask=causal_mask(T))
+
+    x = rng.standard_normal((2, T, 8))
+    x_changed = x.copy()
+    x_changed[:, i + 1 :] = rng.standard_normal((2, T - i - 1, 8)) * 10
+    np.testing.assert_allclose(
+        run(x_changed)[:, : i + 1], run(x)[:, : i + 1], rtol=1e-13, atol=1e-14
+    )
+
+
+@PROPERTY_SETTINGS
+@given(st.integers(1, 8), st.integers(0, 2**32 - 1))
+def test_without_positions_encoder_block_is_permutation_equivariant(T, seed):
+    rng = np.random.default_rng(seed)
+    f = EncoderBlock(12, 3, 24, rng=rng)
+    x = rng.standard_normal((T, 12))
+    perm = rng.permutation(T)
+    np.testing.assert_allclose(f(x[perm]), f(x)[perm], rtol=1e-12, atol=1e-13)
+
+
+# ============================================================================================
+# errors
+# ============================================================================================
+
+
+def test_encoder_block_errors():
+    with pytest.raises(ValueError, match="d_model must be divisible by n_heads"):
+        EncoderBlock(10, 4, 20)
+    with pytest.raises(TypeError, match="norm_first must be True or False"):
+        EncoderBlock(8, 2, 16, norm_first="yes")
+    block = EncoderBlock(8, 2, 16, rng=0)
+    with pytest.raises(ValueError, match=r"x must be \(T, d_model\) or \(B, T, d_model\)"):
+        block(np.zeros(8))
+    with pytest.raises(ValueError, match="x must have last dimension d_model = 8"):
+        block(np.zeros((2, 3, 4)))
+    with pytest.raises(ValueError, match="eps must be a positive finite number"):
+        EncoderBlock(8, 2, 16, eps=-1.0)
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: DecoderBlock(8, 2, 16, dropout=1.5), r"DecoderBlock.dropout must be < 1.0"),
+        (lambda: EncoderBlock(8, 2, 16, dropout=float("inf")), r"EncoderBlock.dropout .*finite"),
+    ],
+)
+def test_block_dropout_must_be_a_finite_probability(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+@pytest.mark.parametrize(
+    "memory, error, match",
+    [
+        (None, TypeError, "memory must be the encoder output.*got None"),
+        (np.ones((1, 3, 4)), ValueError, "memory must have last dimension d_model = 8"),
+        (np.ones((3, 8)), ValueError, "memory must be the encoder output, of shape"),
+        (np.ones((2, 3, 8)), ValueError, r"memory must have the batch size .* \(1\)"),
+        (np.ones((1, 3, 8), int), TypeError, "memory must be a floating-point array"),
+        (np.full((1, 3, 8), np.nan), ValueError, "memory contains NaN"),
+    ],
+)
+def test_decoder_block_checks_memory(memory, error, match):
+    # memory=None once ran self-attention instead of cross-attention, without a word
+    with pytest.raises(error, match=match):
+        DecoderBlock(8, 2, 16, rng=0)(np.ones((1, 3, 8)), memory)
+
+
+# ============================================================================================
+# backward
+# ============================================================================================
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_encoder_block_backward_matches_finite_differences(rng, norm_first, activation):
+    block = EncoderBlock(4, 2, 6, norm_first=norm_first, activation=activation, rng=rng)
+    x = rng.standard_normal((2, 4, 4))
+    mask = padding_mask([4, 3])
+    gradcheck_layer(lambda x: block(x, mask=mask), block.backward, block, [x], rng)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_block_backward_matches_finite_differences(rng, norm_first):
+    block = DecoderBlock(4, 2, 6, norm_first=norm_first, activation="gelu", rng=rng)
+    x = rng.standard_normal((2, 4, 4))
+    memory = rng.standard_normal((2, 5, 4))
+    self_mask = causal_mask(4) & padding_mask([4, 3])
+    mem_mask = padding_mask([5, 2])
+    gradcheck_layer(
+        lambda x, m: block(x, m, self_mask, mem_mask), block.backward, block, [x, memory], rng
+    )
+
+
+# ============================================================================================
+# reference (PyTorch)
+# ============================================================================================
+
+
+def torch_encoder_layer_like(torch, block, dtype):
+    """torch.nn.TransformerEncoderLayer with the sizes and weights of our EncoderBlock."""
+    ref = torch.nn.TransformerEncoderLayer(
+        block.d_model,
+        block.n_heads,
+        dim_feedforward=block.d_ff,
+        dropout=0.0,
+        activation=block.ff.activation,
+        layer_norm_eps=block.norm1.eps,
+        batch_first=True,
+        norm_first=block.norm_first,
+        dtype=torch_dtype(dtype),
+    )
+    load_encoder_layer(ref, block)
+    # training mode with dropout 0 is the plain computation (eval mode may take a fused
+    # "fast path" whose numerics differ slightly)
+    return ref.train()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_encoder_block_matches_torch_transformer_encoder_layer(
+    torch, dtype, norm_first, activation
+):
+    rng = np.random.default_rng(10)
+    block = EncoderBlock(
+        32, 4, 64, norm_first=norm_first, activation=activation, rng=rng, dtype=dtype
+    )
+    randomise_biases(block.params, rng, scale=0.1)  # non-trivial LayerNorm and bias values
+    ref = torch_encoder_layer_like(torch, block, dtype)
+    x = rng.standard_normal((3, 6, 32)).astype(dtype)
+    lengths = np.array([6, 2, 4])
+    y = block(x, mask=padding_mask(lengths))
+    assert y.dtype == dtype
+    with torch.no_grad():
+        key_padding = to_torch(np.arange(6) >= lengths[:, None])
+        ref_y = ref(to_torch(x), src_key_padding_mask=key_padding).numpy()
+    assert_close_to_torch(
+        y, ref_y, f"EncoderBlock({norm_first=}, {activation})", atol=TORCH_FORWARD_TOL[dtype]
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_encoder_block_with_causal_mask_matches_torch(torch, dtype):
+    rng = np.random.default_rng(11)
+    block = EncoderBlock(16, 2, 32, rng=rng, dtype=dtype, eps=1e-12, activation="gelu")
+    ref = torch_encoder_layer_like(torch, block, dtype)
+    x = rng.standard_normal((2, 5, 16)).astype(dtype)
+    y = block(x, mask=causal_mask(5))
+    with torch.no_grad():
+        ref_y = ref(to_torch(x), src_mask=to_torch(~causal_mask(5))).numpy()
+    assert_close_to_torch(y, ref_y, "EncoderBlock causal", atol=TORCH_FORWARD_TOL[dtype])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_encoder_block_grads_match_torch_encoder_layer(torch, rng, norm_first, activation):
+    D, H, Dff = 8, 2, 16
+    block = EncoderBlock(D, H, Dff, norm_first=norm_first, activation=activation, rng=rng)
+    randomise_biases(block.params, rng)
+    tl = torch.nn.TransformerEncoderLayer(
+        D,
+        H,
+        Dff,
+        dropout=0.0,
+        activation=activation,
+        batch_first=True,
+        norm_first=norm_first,
+        dtype=torch.float64,
+    )
+    load_encoder_layer(tl, block)
+    x = rng.standard_normal((2, 5, D))
+    G = rng.standard_normal((2, 5, D))
+    pad = padding_mask([5, 3])
+    xt = to_torch64(x, True)
+    out = tl(xt, src_key_padding_mask=to_torch_blocked(pad[:, 0, 0]))
+    (out * to_torch64(G)).sum().backward()
+    block(x, mask=pad)
+    assert_close_to_torch(block.backward(G), xt.grad, "dx", atol=TORCH_GRAD_TOL)
+    for k, v in torch_encoder_layer_grads(tl).items():
+        assert_close_to_torch(block.grads[k], v, k, atol=TORCH_GRAD_TOL)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_block_grads_match_torch_decoder_layer(torch, rng, norm_first):
+    D, H, Dff = 8, 2, 16
+    block = DecoderBlock(D, H, Dff, norm_first=norm_first, rng=rng)
+    randomise_biases(block.params, rng)
+    tl = torch.nn.TransformerDecoderLayer(
+        D, H, Dff, dropout=0.0, batch_first=True, norm_first=norm_first, dtype=torch.float64
+    )
+    load_decoder_layer(tl, block)
+    x = rng.standard_normal((2, 4, D))
+    mem = rng.standard_normal((2, 6, D))
+    G = rng.standard_normal((2, 4, D))
+    tgt_pad, src_pad = padding_mask([4, 3]), padding_mask([6, 2])
+    xt, mt = to_torch64(x, True), to_torch64(mem, True)
+    out = tl(
+        xt,
+        mt,
+        tgt_mask=to_torch_blocked(causal_mask(4)),
+        tgt_key_padding_mask=to_torch_blocked(tgt_pad[:, 0, 0]),
+        memory_key_padding_mask=to_torch_blocked(src_pad[:, 0, 0]),
+    )
+    (out * to_torch64(G)).sum().backward()
+    block(x, mem, causal_mask(4) & tgt_pad, src_pad)
+    dx, dmem = block.backward(G)
+    assert_close_to_torch(dx, xt.grad, "dx", atol=TORCH_GRAD_TOL)
+    assert_close_to_torch(dmem, mt.grad, "dmemory", atol=TORCH_GRAD_TOL)
+    for k, v in torch_decoder_layer_grads(tl).items():
+        assert_close_to_torch(block.grads[k], v, k, atol=TORCH_GRAD_TOL)

@@ -1,6 +1,9 @@
-"""blockwise_attention (online softmax, tile by tile) gives the output of
-scaled_dot_product_attention, for every shape, block size, mask and dtype; and rejects bad
-input with the same errors."""
+"""blockwise.py: memory-efficient attention (the online softmax, tile by tile).
+
+Sections: values (blockwise_attention gives the output of scaled_dot_product_attention for
+every shape, tile size, mask and dtype, without an (n, n) matrix of scores), errors (bad
+arguments, and bad input gets the same error as from scaled_dot_product_attention).
+"""
 
 from __future__ import annotations
 
@@ -10,22 +13,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_np import causal_mask, padding_mask, scaled_dot_product_attention
-from transformer_np._kernels.threads import num_threads, parallel_for, split_range
 from transformer_np.blockwise import blockwise_attention
+
+from helpers import random_qkv
 
 # Absolute tolerance per dtype, for inputs of standard-normal size (|output| <= max |v| ~ 4).
 TOL = {np.float32: 1e-6, np.float64: 1e-12}
 
 
-def _inputs(rng, lead, n_q, n_k, d_k, d_v, dtype):
-    q = rng.standard_normal(lead + (n_q, d_k)).astype(dtype)
-    k = rng.standard_normal(lead + (n_k, d_k)).astype(dtype)
-    v = rng.standard_normal(lead + (n_k, d_v)).astype(dtype)
-    return q, k, v
-
-
-def _assert_same_as_sdpa(q, k, v, mask=None, *, block_size, causal=False, bias=None):
-    out = blockwise_attention(q, k, v, mask, block_size=block_size, causal=causal, bias=bias)
+def assert_same_as_sdpa(q, k, v, mask=None, *, tile_size, causal=False, bias=None):
+    """blockwise_attention equals scaled_dot_product_attention (with the causal mask made
+    explicit) in shape, dtype and values, to TOL; returns the blockwise output."""
+    out = blockwise_attention(q, k, v, mask, tile_size=tile_size, causal=causal, bias=bias)
     full_mask = mask
     if causal:
         tri = (
@@ -42,6 +41,10 @@ def _assert_same_as_sdpa(q, k, v, mask=None, *, block_size, causal=False, bias=N
     return out
 
 
+# ============================================================================================
+# values
+# ============================================================================================
+
 # ------------------------------------------------------------------ equality with the full version
 
 
@@ -56,13 +59,13 @@ def _assert_same_as_sdpa(q, k, v, mask=None, *, block_size, causal=False, bias=N
     d_v=st.integers(1, 9),
     mask_kind=st.sampled_from(["none", "causal", "padding", "random", "blocked_rows"]),
 )
-def test_blockwise_equals_sdpa_for_any_shape_block_size_and_mask(
+def test_blockwise_equals_sdpa_for_any_shape_tile_size_and_mask(
     data, dtype, lead, n_q, n_k, d_k, d_v, mask_kind
 ):
     # Block sizes that divide n and that do not, smaller and larger than n.
-    block_size = data.draw(st.integers(1, 80), label="block_size")
+    tile_size = data.draw(st.integers(1, 80), label="tile_size")
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
-    q, k, v = _inputs(rng, lead, n_q, n_k, d_k, d_v, dtype)
+    q, k, v = random_qkv(rng, lead + (n_q, d_k), lead + (n_k, d_k), d_v=d_v, dtype=dtype)
     mask, causal = None, False
     if mask_kind == "causal":
         causal = True
@@ -75,70 +78,70 @@ def test_blockwise_equals_sdpa_for_any_shape_block_size_and_mask(
     elif mask_kind == "blocked_rows":  # some query rows see no key at all
         mask = rng.random((n_q, n_k)) < 0.7
         mask[rng.random(n_q) < 0.4] = False
-    _assert_same_as_sdpa(q, k, v, mask, block_size=block_size, causal=causal)
+    assert_same_as_sdpa(q, k, v, mask, tile_size=tile_size, causal=causal)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("block_size", [5, 7, 32, 64, 100, 1000])
-def test_blockwise_equals_sdpa_on_8_heads_with_causal_mask_array_or_flag(dtype, block_size):
+@pytest.mark.parametrize("tile_size", [5, 7, 32, 64, 100, 1000])
+def test_blockwise_equals_sdpa_on_8_heads_with_causal_mask_array_or_flag(dtype, tile_size):
     rng = np.random.default_rng(0)
-    q, k, v = _inputs(rng, (2, 8), 100, 100, 64, 64, dtype)
-    via_array = _assert_same_as_sdpa(q, k, v, causal_mask(100), block_size=block_size)
-    via_flag = _assert_same_as_sdpa(q, k, v, block_size=block_size, causal=True)
+    q, k, v = random_qkv(rng, (2, 8, 100, 64), (2, 8, 100, 64), dtype=dtype)
+    via_array = assert_same_as_sdpa(q, k, v, causal_mask(100), tile_size=tile_size)
+    via_flag = assert_same_as_sdpa(q, k, v, tile_size=tile_size, causal=True)
     np.testing.assert_array_equal(via_array, via_flag)
 
 
 def test_blockwise_equals_sdpa_when_threads_split_the_query_blocks():
     # 8 heads x 512 x 512 scores is above the threshold where the work is split over threads.
     rng = np.random.default_rng(1)
-    q, k, v = _inputs(rng, (8,), 512, 512, 32, 32, np.float32)
+    q, k, v = random_qkv(rng, (8, 512, 32), (8, 512, 32), dtype=np.float32)
     pad = np.ones((1, 512), bool)
     pad[:, 400:] = False
-    _assert_same_as_sdpa(q, k, v, pad, block_size=96, causal=True)
+    assert_same_as_sdpa(q, k, v, pad, tile_size=96, causal=True)
 
 
 def test_causal_output_at_position_i_ignores_later_tokens():
     rng = np.random.default_rng(2)
-    q, k, v = _inputs(rng, (3,), 40, 40, 8, 8, np.float64)
-    out = blockwise_attention(q, k, v, causal=True, block_size=16)
+    q, k, v = random_qkv(rng, (3, 40, 8), (3, 40, 8))
+    out = blockwise_attention(q, k, v, causal=True, tile_size=16)
     k2, v2 = k.copy(), v.copy()
     k2[:, 25:] = rng.standard_normal(k2[:, 25:].shape) * 100
     v2[:, 25:] = rng.standard_normal(v2[:, 25:].shape) * 100
-    out2 = blockwise_attention(q, k2, v2, causal=True, block_size=16)
+    out2 = blockwise_attention(q, k2, v2, causal=True, tile_size=16)
     np.testing.assert_array_equal(out[:, :25], out2[:, :25])
 
 
 def test_fully_blocked_rows_give_zero_output_not_nan():
     rng = np.random.default_rng(3)
-    q, k, v = _inputs(rng, (2,), 9, 9, 4, 4, np.float32)
+    q, k, v = random_qkv(rng, (2, 9, 4), (2, 9, 4), dtype=np.float32)
     mask = np.ones((9, 9), bool)
     mask[[0, 4, 8]] = False  # rows 0, 4 and 8 may attend to nothing
-    out = blockwise_attention(q, k, v, mask, block_size=4)
+    out = blockwise_attention(q, k, v, mask, tile_size=4)
     assert np.all(out[:, [0, 4, 8]] == 0)
     assert np.isfinite(out).all()
-    everything_blocked = blockwise_attention(q, k, v, np.zeros((9, 9), bool), block_size=4)
+    everything_blocked = blockwise_attention(q, k, v, np.zeros((9, 9), bool), tile_size=4)
     assert np.all(everything_blocked == 0)
 
 
 def test_keys_blocked_by_the_mask_do_not_change_the_output_even_when_huge():
     rng = np.random.default_rng(4)
-    q, k, v = _inputs(rng, (), 6, 20, 8, 4, np.float64)
+    q, k, v = random_qkv(rng, (6, 8), (20, 8), d_v=4)
     mask = np.ones(20, bool)
     mask[13:] = False  # a padding mask given as a 1-D array of keys
-    out = blockwise_attention(q, k, v, mask, block_size=5)
+    out = blockwise_attention(q, k, v, mask, tile_size=5)
     v_big = v.copy()
     v_big[13:] = 1e30
-    np.testing.assert_array_equal(blockwise_attention(q, k, v_big, mask, block_size=5), out)
+    np.testing.assert_array_equal(blockwise_attention(q, k, v_big, mask, tile_size=5), out)
     ref, _ = scaled_dot_product_attention(q[:, :], k[:13], v[:13])
     np.testing.assert_allclose(out, ref, atol=1e-12, rtol=0)
 
 
 def test_bias_is_added_to_the_scores_as_in_sdpa():
     rng = np.random.default_rng(5)
-    q, k, v = _inputs(rng, (2, 3), 30, 25, 8, 8, np.float64)
+    q, k, v = random_qkv(rng, (2, 3, 30, 8), (2, 3, 25, 8))
     bias = rng.standard_normal((3, 30, 25))
     bias[:, :, -4:] = -np.inf  # -inf in the bias blocks, like a False mask entry
-    _assert_same_as_sdpa(q, k, v, block_size=8, bias=bias)
+    assert_same_as_sdpa(q, k, v, tile_size=8, bias=bias)
 
 
 def test_leading_axes_broadcast_like_sdpa():
@@ -147,15 +150,15 @@ def test_leading_axes_broadcast_like_sdpa():
     k = rng.standard_normal((2, 1, 12, 8))  # shared by the heads
     v = rng.standard_normal((1, 1, 12, 5))
     mask = rng.random((2, 1, 1, 12)) < 0.8  # one padding row per batch item
-    out = _assert_same_as_sdpa(q, k, v, mask, block_size=4)
+    out = assert_same_as_sdpa(q, k, v, mask, tile_size=4)
     assert out.shape == (2, 3, 10, 5)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_output_keeps_the_input_dtype(dtype):
     rng = np.random.default_rng(7)
-    q, k, v = _inputs(rng, (2,), 5, 5, 4, 4, dtype)
-    assert blockwise_attention(q, k, v, block_size=2).dtype == dtype
+    q, k, v = random_qkv(rng, (2, 5, 4), (2, 5, 4), dtype=dtype)
+    assert blockwise_attention(q, k, v, tile_size=2).dtype == dtype
 
 
 def test_no_score_matrix_of_size_n_by_n_is_allocated():
@@ -164,10 +167,10 @@ def test_no_score_matrix_of_size_n_by_n_is_allocated():
 
     rng = np.random.default_rng(8)
     h, n, d = 4, 1024, 16
-    q, k, v = _inputs(rng, (h,), n, n, d, d, np.float32)
+    q, k, v = random_qkv(rng, (h, n, d), (h, n, d), dtype=np.float32)
     tracemalloc.start()
     try:
-        blockwise_attention(q, k, v, block_size=64, causal=True)
+        blockwise_attention(q, k, v, tile_size=64, causal=True)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -175,18 +178,20 @@ def test_no_score_matrix_of_size_n_by_n_is_allocated():
     assert peak < scores_bytes / 8, f"peak {peak / 2**20:.1f} MiB"
 
 
-# ------------------------------------------------------------------ bad input
+# ============================================================================================
+# errors
+# ============================================================================================
 
 
-def test_block_size_must_be_a_positive_integer():
+def test_tile_size_must_be_a_positive_integer():
     q = np.zeros((4, 2))
     for bad in (0, -3):
-        with pytest.raises(ValueError, match="block_size must be a positive integer"):
-            blockwise_attention(q, q, q, block_size=bad)
+        with pytest.raises(ValueError, match="tile_size must be a positive integer"):
+            blockwise_attention(q, q, q, tile_size=bad)
     for bad in (2.0, "8", None, True):
-        with pytest.raises(TypeError, match="block_size must be a positive integer"):
-            blockwise_attention(q, q, q, block_size=bad)
-    blockwise_attention(q, q, q, block_size=np.int64(3))  # NumPy integers are fine
+        with pytest.raises(TypeError, match="tile_size must be a positive integer"):
+            blockwise_attention(q, q, q, tile_size=bad)
+    blockwise_attention(q, q, q, tile_size=np.int64(3))  # NumPy integers are fine
 
 
 def test_causal_must_be_a_bool():
@@ -195,7 +200,9 @@ def test_causal_must_be_a_bool():
         blockwise_attention(q, q, q, causal="yes")
 
 
-def _error(fn, *args, **kwargs):
+def error_raised_by(fn, *args, **kwargs):
+    """(type, message) of the TypeError or ValueError that ``fn(*args, **kwargs)`` raises, or
+    None."""
     try:
         fn(*args, **kwargs)
     except (TypeError, ValueError) as exc:
@@ -245,55 +252,16 @@ def test_bad_input_gives_the_same_error_as_sdpa(case):
         mask = rng.standard_normal((5, 6))
     elif case == "overflow":
         q, k, v = (q * 1e20).astype(np.float32), (k * 1e20).astype(np.float32), v.astype(np.float32)
-    expected = _error(scaled_dot_product_attention, q, k, v, mask)
+    expected = error_raised_by(scaled_dot_product_attention, q, k, v, mask)
     assert expected is not None, "the case should be bad input for sdpa too"
-    got = _error(blockwise_attention, q, k, v, mask, block_size=2)
+    got = error_raised_by(blockwise_attention, q, k, v, mask, tile_size=2)
     assert got == expected
 
 
-# ------------------------------------------------------------------ the thread pool
-
-
-def test_parallel_for_runs_every_piece_once_and_reraises_errors():
-    seen = []
-    parallel_for(seen.append, range(11), threads=2)
-    assert sorted(seen) == list(range(11))
-
-    def fail_on_7(i):
-        if i == 7:
-            raise KeyError(i)
-
-    with pytest.raises(KeyError):
-        parallel_for(fail_on_7, range(11), threads=2)
-
-
-def test_parallel_for_nested_calls_run_inline():
-    cells = np.zeros((4, 4))
-
-    def row(i):
-        def cell(j):
-            cells[i, j] = 10 * i + j
-
-        parallel_for(cell, range(4), threads=2)
-
-    parallel_for(row, range(4), threads=2)
-    np.testing.assert_array_equal(cells, 10 * np.arange(4)[:, None] + np.arange(4))
-
-
-def test_split_range_covers_the_range_in_near_equal_parts():
-    for n in (1, 5, 10, 17):
-        for parts in (1, 2, 3, 8):
-            slices = split_range(n, parts)
-            sizes = [s.stop - s.start for s in slices]
-            assert [i for s in slices for i in range(s.start, s.stop)] == list(range(n))
-            assert max(sizes) - min(sizes) <= 1
-
-
-def test_num_threads_reads_the_environment(monkeypatch):
-    monkeypatch.setenv("TRANSFORMER_NP_NUM_THREADS", "1")
-    assert num_threads() == 1
-    monkeypatch.setenv("TRANSFORMER_NP_NUM_THREADS", "zero")
-    with pytest.raises(ValueError, match="TRANSFORMER_NP_NUM_THREADS"):
-        num_threads()
-    monkeypatch.delenv("TRANSFORMER_NP_NUM_THREADS")
-    assert num_threads() >= 1
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+def test_blockwise_output_overflow_is_an_error():
+    q = np.ones((2, 4), np.float32)
+    v = np.full((2, 4), 3e38, np.float32)
+    assert np.all(scaled_dot_product_attention(q, q, v)[0] == v)  # normalises the weights first
+    with pytest.raises(ValueError, match="the output overflowed float32.*or use float64"):
+        blockwise_attention(q, q, v)

@@ -1,49 +1,66 @@
-"""Decoding: the key/value cache gives the same tokens as recomputing everything; sampling."""
+"""decoding.py: generating tokens (generate, translate, sample_next) with a key/value cache.
 
-from __future__ import annotations
+Sections: values (the cache gives the same tokens as recomputing everything, the sliding
+window, end of sequence, greedy, top-k and temperature sampling, the caller's training mode),
+errors (bad logits and arguments: a clear ValueError or TypeError that names the argument,
+never a silent wrong token). The cached forward pass of a model is tested in test_model.py.
+"""
 
 import numpy as np
 import pytest
 
-from transformer_np.decoding import KVCache, _lm_step, generate, sample_next, translate
+from transformer_np import Dropout
+from transformer_np.decoding import generate, sample_next, translate
 from transformer_np.functional import softmax
-from transformer_np.model import (
-    LanguageModel,
-    LanguageModelConfig,
-    Transformer,
-    TransformerConfig,
-)
+
+from helpers import small_language_model, small_transformer
+
+PROMPT = np.array([[1, 2], [3, 4]])
+SRC = np.array([[3, 4, 5]])
 
 
-def lm(norm_first=True, dtype="float64", **kw):
-    cfg = LanguageModelConfig(
+def language_model(norm_first=True, dtype="float64"):
+    """A LanguageModel with a vocabulary of 17 tokens and max_len 32, 4 heads, 2 blocks."""
+    return small_language_model(
         vocab_size=17,
-        d_model=16,
         n_heads=4,
         n_layers=2,
         max_len=32,
         norm_first=norm_first,
         dtype=dtype,
-        **kw,
+        rng=3,
     )
-    return LanguageModel(cfg, rng=3)
 
 
-def seq2seq(norm_first=False, dtype="float64"):
-    cfg = TransformerConfig(
+def translator(norm_first=False, dtype="float64"):
+    """A Transformer with vocabularies of 13 (source) and 14 (target) tokens, max_len 20."""
+    return small_transformer(
         src_vocab_size=13,
         tgt_vocab_size=14,
-        d_model=16,
-        n_heads=4,
         max_len=20,
         norm_first=norm_first,
         dtype=dtype,
+        rng=4,
     )
-    return Transformer(cfg, rng=4)
 
 
-# --------------------------------------------------------------------------------------------
-# cached == uncached
+def short_language_model(max_len=6, dropout=0.1):
+    """A float64 LanguageModel with a vocabulary of 10, d_model 8 and a short context."""
+    return small_language_model(d_model=8, max_len=max_len, dropout=dropout, dtype="float64")
+
+
+def small_translator(dropout=0.1):
+    """A float64 Transformer with vocabularies of 8 tokens and d_model 8."""
+    return small_transformer(
+        src_vocab_size=8, tgt_vocab_size=8, d_model=8, n_heads=2, dropout=dropout, dtype="float64"
+    )
+
+
+# ============================================================================================
+# values
+# ============================================================================================
+
+# ------------------------------------------------------------------ cached == uncached
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -52,7 +69,7 @@ def seq2seq(norm_first=False, dtype="float64"):
     [{"temperature": 0.0}, {"temperature": 1.0}, {"temperature": 0.7, "top_k": 5}],
 )
 def test_cached_and_uncached_generation_give_identical_tokens(norm_first, sampling):
-    model = lm(norm_first)
+    model = language_model(norm_first)
     prompt = np.array([[1, 2, 3], [4, 5, 6]])
     a = generate(model, prompt, 20, rng=11, use_cache=True, **sampling)
     b = generate(model, prompt, 20, rng=11, use_cache=False, **sampling)
@@ -63,7 +80,7 @@ def test_cached_and_uncached_generation_give_identical_tokens(norm_first, sampli
 
 @pytest.mark.parametrize("keep", [None, 1, 31])
 def test_generation_beyond_max_len_slides_the_window_identically(keep):
-    model = lm()  # max_len = 32
+    model = language_model()  # max_len = 32
     prompt = np.array([[1, 2, 3], [4, 5, 6]])
     kw = {"temperature": 1.0, "rng": 2, "keep": keep}
     a = generate(model, prompt, 70, **kw)
@@ -73,26 +90,16 @@ def test_generation_beyond_max_len_slides_the_window_identically(keep):
 
 
 def test_cached_generation_identical_in_float32_too():
-    model = lm(dtype="float32")
+    model = language_model(dtype="float32")
     prompt = np.array([[1, 2, 3, 4]])
     np.testing.assert_array_equal(
         generate(model, prompt, 16), generate(model, prompt, 16, use_cache=False)
     )
 
 
-def test_cached_step_logits_equal_full_forward_logits():
-    model = lm()
-    x = np.array([[3, 1, 4, 1, 5, 9, 2, 6]])
-    full = model(x)
-    cache = KVCache(2, 1, 4, 8, 4, np.float64)
-    prefill = _lm_step(model, x[:, :3], cache)  # the prompt in one chunk
-    steps = [_lm_step(model, x[:, t : t + 1], cache) for t in range(3, 8)]  # then one by one
-    np.testing.assert_allclose(np.concatenate([prefill] + steps, axis=1), full, atol=1e-12)
-
-
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_cached_and_uncached_translation_give_identical_tokens(norm_first):
-    model = seq2seq(norm_first)
+    model = translator(norm_first)
     src = np.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 12]])
     for kw in ({"temperature": 0.0}, {"temperature": 1.0, "top_k": 4}):
         a = translate(model, src, 15, bos_id=1, eos_id=None, rng=5, **kw)
@@ -102,7 +109,7 @@ def test_cached_and_uncached_translation_give_identical_tokens(norm_first):
 
 
 def test_translation_stops_at_eos_and_pads_after_it():
-    model = seq2seq()
+    model = translator()
     src = np.array([[3, 4, 5], [6, 7, 8], [9, 10, 11], [3, 5, 7]])
     model.parameters()["out.b"][2] = 3.0  # make EOS (id 2) likely at every step
     out = translate(model, src, 12, bos_id=1, eos_id=2, rng=0, temperature=1.0)
@@ -119,14 +126,20 @@ def test_translation_stops_at_eos_and_pads_after_it():
 
 
 def test_translation_never_generates_padding():
-    model = seq2seq()
+    model = translator()
     model.parameters()["out.b"][0] = 100.0  # the model "wants" PAD everywhere
     out = translate(model, np.array([[3, 4, 5]]), 8, bos_id=1)
     assert not np.any(out == 0)
 
 
-# --------------------------------------------------------------------------------------------
-# sampling
+def test_generate_with_max_len_1_works_while_the_window_need_not_slide():
+    model = short_language_model(max_len=1)
+    for use_cache in (True, False):
+        out = generate(model, np.array([[1], [2]]), 1, use_cache=use_cache)
+        assert out.shape == (2, 2)
+
+
+# ------------------------------------------------------------------ sampling
 
 
 def test_greedy_and_top1_are_the_argmax():
@@ -153,12 +166,143 @@ def test_sampling_frequencies_follow_the_tempered_softmax():
         assert np.all(np.abs(freq - expected) <= 5 * np.sqrt(expected * (1 - expected) / n))
 
 
-# --------------------------------------------------------------------------------------------
-# bad input
+@pytest.mark.parametrize("tau", [1e-310, 1e-320, 5e-324, 1e-200])
+def test_tiny_temperature_is_greedy(tau):
+    logits = np.random.default_rng(0).standard_normal((50, 7))
+    greedy = sample_next(logits, temperature=0)
+    np.testing.assert_array_equal(sample_next(logits, temperature=tau, rng=0), greedy)
+    np.testing.assert_array_equal(sample_next(logits, temperature=tau, top_k=3, rng=0), greedy)
+    np.testing.assert_array_equal(
+        sample_next(np.array([[1.0, 3.0, 2.0]]), temperature=tau, rng=0), [1]
+    )
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generate_at_tiny_temperature_is_greedy(use_cache):
+    model = short_language_model()
+    greedy = generate(model, PROMPT, 8, use_cache=use_cache)
+    tiny = generate(model, PROMPT, 8, temperature=1e-320, rng=0, use_cache=use_cache)
+    np.testing.assert_array_equal(tiny, greedy)
+
+
+@pytest.mark.parametrize("temperature", [1e-310, 0.5, 1.0, 1e300])
+def test_minus_inf_masks_a_token_without_error(temperature):
+    logits = np.tile([-np.inf, 0.0, -np.inf, 0.5, -np.inf], (4000, 1))
+    out = sample_next(logits, temperature=temperature, rng=1)
+    assert set(np.unique(out)) <= {1, 3}
+    out = sample_next(logits, temperature=temperature, top_k=1, rng=1)
+    np.testing.assert_array_equal(out, 3)
+
+
+def test_numpy_scalars_are_accepted():
+    logits = np.array([[1.0, 3.0, 2.0]], dtype=np.float32)
+    out = sample_next(logits, temperature=np.float32(0.5), top_k=np.int64(1), rng=0)
+    assert out.tolist() == [1]
+
+
+def test_caller_logits_are_not_modified():
+    logits = np.array([[1.0, 3.0, -np.inf, 2.0]])
+    before = logits.copy()
+    sample_next(logits, temperature=0.3, top_k=2, rng=0)
+    np.testing.assert_array_equal(logits, before)
+
+
+# ------------------------------------------------------------------ the caller's training mode
+
+
+@pytest.mark.parametrize("mode", [True, False])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generate_restores_the_callers_mode(mode, use_cache):
+    model = short_language_model()
+    model.train(mode)
+    generate(model, PROMPT, 3, use_cache=use_cache)
+    assert model.training is mode
+    assert all(d.training is mode for d in [m for m in model.modules() if isinstance(m, Dropout)])
+
+
+@pytest.mark.parametrize("mode", [True, False])
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_translate_restores_the_callers_mode(mode, use_cache):
+    model = small_translator()
+    model.train(mode)
+    translate(model, SRC, 3, bos_id=1, eos_id=2, use_cache=use_cache)
+    assert model.training is mode
+    assert all(d.training is mode for d in [m for m in model.modules() if isinstance(m, Dropout)])
+
+
+# ============================================================================================
+# errors
+# ============================================================================================
+
+# ------------------------------------------------------------------ sample_next
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [(np.nan, r"logits contains NaN \(1 of 3 values, first at index \(0, 1\)\)"), (np.inf, "inf")],
+)
+def test_nan_or_plus_inf_logits_are_rejected(temperature, bad, match):
+    logits = np.array([[0.0, bad, 1.0]])
+    with pytest.raises(ValueError, match=match):
+        sample_next(logits, temperature=temperature, rng=0)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_row_of_only_minus_inf_is_rejected(temperature):
+    logits = np.array([[0.0, 1.0, 2.0], [-np.inf, -np.inf, -np.inf]])
+    with pytest.raises(ValueError, match=r"every token is -inf.*1 of 2 rows, first at row 1"):
+        sample_next(logits, temperature=temperature, rng=0)
+
+
+@pytest.mark.parametrize("temperature", [0, 1.0])
+def test_empty_vocabulary_axis(temperature):
+    with pytest.raises(ValueError, match=r"logits has an empty vocabulary axis: shape \(2, 0\)"):
+        sample_next(np.zeros((2, 0)), temperature=temperature)
+
+
+def test_integer_logits_name_the_dtype():
+    with pytest.raises(TypeError, match="logits must be a floating-point array.*got dtype int"):
+        sample_next(np.array([[1, 2]]))
+
+
+def test_logits_of_the_wrong_rank():
+    with pytest.raises(ValueError, match=r"logits must be a 2-D array of shape \(B, V\)"):
+        sample_next(np.zeros(3))
+
+
+@pytest.mark.parametrize("temperature", ["1", True, None, np.array([1.0])])
+def test_temperature_of_the_wrong_type(temperature):
+    with pytest.raises(TypeError, match="temperature must be a number >= 0"):
+        sample_next(np.zeros((1, 3)), temperature=temperature)
+
+
+@pytest.mark.parametrize("temperature", [-1.0, np.nan, np.inf])
+def test_temperature_out_of_range(temperature):
+    with pytest.raises(ValueError, match="temperature must be a finite number >= 0"):
+        sample_next(np.zeros((1, 3)), temperature=temperature)
+
+
+@pytest.mark.parametrize(
+    ("top_k", "error", "match"),
+    [
+        (0, ValueError, r"top_k must be in \[1, vocab_size = 3\], got 0"),
+        (4, ValueError, r"top_k must be in \[1, vocab_size = 3\], got 4"),
+        (1.5, TypeError, r"top_k must be a positive integer or None, got 1.5 \(float\)"),
+        (True, TypeError, r"top_k must be a positive integer or None, got True \(bool\)"),
+        ("2", TypeError, "top_k must be a positive integer or None"),
+    ],
+)
+def test_bad_top_k(top_k, error, match):
+    with pytest.raises(error, match=match):
+        sample_next(np.zeros((1, 3)), top_k=top_k)
+
+
+# ------------------------------------------------------------------ generate and translate
 
 
 def test_bad_generation_arguments_raise_clear_errors():
-    model = lm()
+    model = language_model()
     prompt = np.array([[1, 2, 3]])
     with pytest.raises(ValueError, match="longer than the positional table"):
         generate(model, np.ones((1, 33), dtype=int), 3)
@@ -173,8 +317,65 @@ def test_bad_generation_arguments_raise_clear_errors():
     with pytest.raises(ValueError, match=r"token ids in \[0, 17\)"):
         generate(model, np.array([[1, 17]]), 3)
     with pytest.raises(TypeError, match="model must be a LanguageModel"):
-        generate(seq2seq(), prompt, 3)
+        generate(translator(), prompt, 3)
     with pytest.raises(ValueError, match="longer than the positional table"):
-        translate(seq2seq(), np.array([[3, 4]]), 21, bos_id=1)
+        translate(translator(), np.array([[3, 4]]), 21, bos_id=1)
     with pytest.raises(ValueError, match="bos_id must be a token id"):
-        translate(seq2seq(), np.array([[3, 4]]), 5, bos_id=14)
+        translate(translator(), np.array([[3, 4]]), 5, bos_id=14)
+
+
+def test_mode_is_restored_when_translate_fails_on_the_source():
+    model = small_translator().train()
+    with pytest.raises(ValueError, match="src"):
+        translate(model, np.array([[3, 99]]), 3, bos_id=1)
+    assert model.training is True
+
+
+def test_generate_with_max_len_1_names_max_len():
+    model = short_language_model(max_len=1)
+    with pytest.raises(ValueError, match=r"max_len = 1 leaves no room .*max_len >= 2"):
+        generate(model, np.array([[1]]), 3)
+
+
+@pytest.mark.parametrize("use_cache", ["no", 1, None])
+def test_use_cache_must_be_a_bool(use_cache):
+    with pytest.raises(TypeError, match="use_cache must be True or False"):
+        generate(short_language_model(), PROMPT, 2, use_cache=use_cache)
+    with pytest.raises(TypeError, match="use_cache must be True or False"):
+        translate(small_translator(), SRC, 2, bos_id=1, use_cache=use_cache)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("bos_id", v) for v in (None, True, 1.0, "1")] + [("eos_id", v) for v in (True, 1.0, "1")],
+)
+def test_token_ids_must_be_ints(name, value):
+    kw = {"bos_id": 1, name: value}
+    with pytest.raises(TypeError, match=rf"{name} must be a token id \(an integer in \[0, 8\)\)"):
+        translate(small_translator(), SRC, 3, **kw)
+
+
+def test_token_ids_out_of_range_and_numpy_ints():
+    with pytest.raises(ValueError, match=r"eos_id must be a token id in \[0, 8\), got -1"):
+        translate(small_translator(), SRC, 3, bos_id=1, eos_id=-1)
+    out = translate(small_translator(), SRC, 3, bos_id=np.int64(1), eos_id=np.int32(2))
+    assert out.shape[0] == 1
+
+
+@pytest.mark.parametrize(("value", "error"), [("3", TypeError), (2.0, TypeError), (0, ValueError)])
+def test_max_new_tokens_must_be_a_positive_integer(value, error):
+    with pytest.raises(error, match="max_new_tokens must be a positive integer"):
+        generate(short_language_model(), PROMPT, value)
+
+
+@pytest.mark.parametrize(("value", "error"), [(1.5, TypeError), (True, TypeError), (6, ValueError)])
+def test_keep_must_be_an_integer_below_max_len(value, error):
+    with pytest.raises(error, match=r"keep must be an integer in \[1, max_len = 6\)"):
+        generate(short_language_model(), PROMPT, 8, keep=value)
+
+
+def test_generate_rejects_temperature_and_top_k_like_sample_next():
+    with pytest.raises(TypeError, match="temperature must be a number"):
+        generate(short_language_model(), PROMPT, 2, temperature="0.5")
+    with pytest.raises(TypeError, match="top_k must be a positive integer"):
+        translate(small_translator(), SRC, 2, bos_id=1, temperature=1.0, top_k=2.0)

@@ -10,9 +10,24 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from transformer_np import causal_mask, erf, gelu, layer_norm, padding_mask, relu, softmax
 from transformer_np.functional import log_softmax
+
+from helpers import (
+    PROPERTY_SETTINGS,
+    TORCH_FORWARD_TOL,
+    assert_close_to_torch,
+    to_torch,
+    torch_dtype,
+)
+
+finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
+shapes_2d = st.tuples(st.integers(1, 6), st.integers(1, 9))
+
 
 # ============================================================================================
 # values
@@ -244,6 +259,45 @@ def test_layer_norm_of_a_constant_row_is_beta_not_nan():
     np.testing.assert_array_equal(y, [[0.0, 1.0, 2.0, 3.0]])
 
 
+@PROPERTY_SETTINGS
+@given(arrays(np.float64, shapes_2d, elements=finite))
+def test_softmax_rows_are_probability_distributions(x):
+    p = softmax(x)
+    assert np.all(p >= 0)
+    np.testing.assert_allclose(p.sum(axis=-1), 1.0, rtol=1e-12)
+
+
+@PROPERTY_SETTINGS
+@given(
+    arrays(np.float64, shapes_2d, elements=finite),
+    st.floats(-100, 100, allow_nan=False),
+)
+def test_softmax_is_invariant_to_adding_a_constant_to_a_row(x, c):
+    np.testing.assert_allclose(softmax(x + c), softmax(x), rtol=1e-9, atol=1e-12)
+
+
+@PROPERTY_SETTINGS
+@given(
+    arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(2, 32)), elements=finite),
+    st.sampled_from([1e-12, 1e-5]),
+)
+def test_layer_norm_output_has_mean_zero_and_variance_one_before_affine(x, eps):
+    d = x.shape[-1]
+    y = layer_norm(x, np.ones(d), np.zeros(d), eps)
+    var_in = x.var(axis=-1)
+    # rounding of the mean, amplified by 1 / sqrt(var + eps)
+    tol = 1e-14 * d * (np.abs(x).max(axis=-1) + 1) / np.sqrt(var_in + eps)
+    assert np.all(np.abs(y.mean(axis=-1)) <= tol)
+    # exactly var / (var + eps): 1 whenever the input variance dwarfs eps
+    np.testing.assert_allclose(y.var(axis=-1), var_in / (var_in + eps), rtol=1e-9, atol=1e-12)
+
+
+def test_log_softmax_with_minus_inf():
+    out = log_softmax(np.array([[0.0, -np.inf, 0.0], [-np.inf, -np.inf, -np.inf]]))
+    np.testing.assert_allclose(out[0], [np.log(0.5), -np.inf, np.log(0.5)])
+    np.testing.assert_array_equal(out[1], -np.inf)  # not NaN
+
+
 # ============================================================================================
 # errors
 # ============================================================================================
@@ -292,8 +346,103 @@ def test_layer_norm_of_a_0d_array_asks_for_a_feature_axis():
         layer_norm(np.array(1.0), np.ones(1), np.zeros(1))
 
 
+def test_softmax_errors():
+    with pytest.raises(TypeError, match="x must be a floating-point array"):
+        softmax(np.array([1, 2, 3]))
+    with pytest.raises(ValueError, match="x contains NaN"):
+        softmax(np.array([1.0, np.nan]))
+    with pytest.raises(ValueError, match=r"x contains \+inf"):
+        softmax(np.array([1.0, np.inf]))
+    with pytest.raises(ValueError, match="axis 2 is out of range"):
+        softmax(np.zeros((2, 2)), axis=2)
+
+
+def test_elementwise_function_errors():
+    with pytest.raises(ValueError, match="approximate must be"):
+        gelu(np.zeros(3), approximate="fast")
+    with pytest.raises(ValueError, match="x contains NaN"):
+        gelu(np.array([np.nan]))
+    with pytest.raises(ValueError, match="x contains inf"):
+        relu(np.array([np.inf]))
+    with pytest.raises(ValueError, match="x contains NaN"):
+        erf(np.array([np.nan]))
+    with pytest.raises(TypeError, match="x must be a floating-point array"):
+        gelu(np.arange(3))
+
+
+def test_mask_builder_errors():
+    with pytest.raises(ValueError, match="n must be a positive integer"):
+        causal_mask(0)
+    with pytest.raises(TypeError, match="n must be a positive integer"):
+        causal_mask(2.5)
+    with pytest.raises(ValueError, match=r"lengths must be <= max_len = 3"):
+        padding_mask([2, 4], max_len=3)
+    with pytest.raises(ValueError, match="lengths must be >= 0"):
+        padding_mask([2, -1])
+    with pytest.raises(TypeError, match="lengths must be an array of integers"):
+        padding_mask([2.0, 1.0])
+    with pytest.raises(ValueError, match="lengths must be a non-empty 1-D array"):
+        padding_mask([[2, 1]])
+    with pytest.raises(ValueError, match="pass max_len"):
+        padding_mask([0, 0])
+
+
+def test_layer_norm_function_errors():
+    x = np.zeros((2, 4))
+    with pytest.raises(ValueError, match=r"gamma must have shape \(D,\) = \(4,\).*\(3,\)"):
+        layer_norm(x, np.ones(3), np.zeros(4))
+    with pytest.raises(ValueError, match="eps must be a positive finite number"):
+        layer_norm(x, np.ones(4), np.zeros(4), eps=0.0)
+    with pytest.raises(TypeError, match="x must be a floating-point array"):
+        layer_norm(np.zeros((2, 4), dtype=int), np.ones(4), np.zeros(4))
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0)])
+def test_softmax_of_nothing(shape):
+    with pytest.raises(ValueError, match=r"x has no values along axis -1"):
+        softmax(np.zeros(shape))
+
+
+def test_layer_norm_checks_gamma_and_beta():
+    x = np.ones((2, 4))
+    with pytest.raises(ValueError, match="gamma contains NaN"):
+        layer_norm(x, np.array([np.nan, 1, 1, 1]), np.zeros(4))
+    with pytest.raises(ValueError, match="beta contains inf"):
+        layer_norm(x, np.ones(4), np.array([np.inf, 0, 0, 0]))
+
+
+@pytest.mark.parametrize("row", [[3e38, -3e38], [3e38, 3e38]])
+def test_layer_norm_overflow_in_float32_is_an_error_not_zeros(row):
+    x = np.array([row], np.float32)
+    with pytest.raises(ValueError, match="x is too large to normalise in float32"):
+        layer_norm(x, np.ones(2), np.zeros(2))
+    # float64 has the range: the same row normalises to +-1 (or to 0 for equal values)
+    y = layer_norm(x.astype(np.float64), np.ones(2), np.zeros(2))
+    assert np.all(np.isfinite(y))
+
+
+def test_log_softmax_of_an_empty_axis():
+    with pytest.raises(ValueError, match=r"x has no values along axis -1 \(shape \(0,\)\)"):
+        log_softmax(np.zeros(0))
+    with pytest.raises(ValueError, match=r"x has no values along axis 0 \(shape \(0, 3\)\)"):
+        log_softmax(np.zeros((0, 3)), axis=0)
+
+
+def test_log_softmax_bad_values_and_types():
+    with pytest.raises(ValueError, match=r"x contains NaN \(1 of 3 values"):
+        log_softmax(np.array([0.0, np.nan, 1.0]))
+    with pytest.raises(ValueError, match=r"x contains \+inf"):
+        log_softmax(np.array([0.0, np.inf, 1.0]))
+    with pytest.raises(TypeError, match="x must be a floating-point array.*got dtype int"):
+        log_softmax(np.array([1, 2]))
+    with pytest.raises(ValueError, match="axis 2 is out of range for an array of rank 1"):
+        log_softmax(np.zeros(3), axis=2)
+    with pytest.raises(TypeError, match="axis must be an int"):
+        log_softmax(np.zeros(3), axis=None)
+
+
 # ============================================================================================
-# reference: PyTorch
+# reference (PyTorch)
 # ============================================================================================
 
 
@@ -314,3 +463,44 @@ def test_softmax_and_log_softmax_match_torch(dtype, axis):
         diff = np.abs(mine[finite].astype(np.float64) - theirs[finite])
         print(f"max abs diff {diff.max():.2e}: mine vs torch")
         assert diff.max() <= tol * max(1.0, float(np.abs(theirs[finite]).max()))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_erf_matches_torch_special_erf(torch, dtype):
+    x = np.linspace(-6, 6, 20001).astype(dtype)
+    ref = torch.special.erf(to_torch(x)).numpy()
+    # float32: ours is correctly rounded (computed in float64); torch's within 1-2 ulp
+    tol = 2.5e-7 if dtype == np.float32 else 1e-15
+    diff = np.abs(erf(x).astype(np.float64) - ref)
+    print("max abs diff", diff.max())
+    assert diff.max() <= tol
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_matches_torch(torch, dtype, approximate):
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.linspace(-10, 10, 4001), rng.standard_normal(200_000) * 3])
+    x = x.astype(dtype)
+    ref = torch.nn.functional.gelu(to_torch(x), approximate=approximate).numpy()
+    # float32: torch's own exact kernel is off by up to ~5e-7 absolute near |x| = 4
+    assert_close_to_torch(
+        gelu(x, approximate=approximate), ref, f"gelu({approximate})", atol=TORCH_FORWARD_TOL[dtype]
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("eps", [1e-5, 1e-12])
+def test_layer_norm_function_matches_torch_layernorm(torch, dtype, eps):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((3, 7, 32)) * 2 + 0.5).astype(dtype)
+    gamma = rng.standard_normal(32).astype(dtype)
+    beta = rng.standard_normal(32).astype(dtype)
+    ref_ln = torch.nn.LayerNorm(32, eps=eps, dtype=torch_dtype(dtype))
+    with torch.no_grad():
+        ref_ln.weight.copy_(to_torch(gamma))
+        ref_ln.bias.copy_(to_torch(beta))
+        ref = ref_ln(to_torch(x)).numpy()
+    assert_close_to_torch(
+        layer_norm(x, gamma, beta, eps), ref, "layer_norm", atol=TORCH_FORWARD_TOL[dtype]
+    )

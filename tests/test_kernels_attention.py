@@ -1,10 +1,15 @@
-"""The fast path of scaled_dot_product_attention (blocks of query rows spread over threads)
-gives the result of the plain one-pass computation, for every layout that reaches it, with and
-without the weights (``need_weights=False``), with and without the row maximum.
+"""The attention kernel (``_kernels/attention.py``) equals the plain five steps.
 
-Problems of 2 MiB of scores or more take the blocked path (``_parallel.MIN_SPLIT_BYTES``); the
-reference is the same five steps run once on the whole arrays (``_attention_steps``), always
-subtracting the row maximum.
+Two references: the plain, readable ``attention_steps`` of ``attention.py`` (what the pages
+teach), and the in-place steps run once on the whole arrays (``attention_inplace``), for the
+fast path (chunks of query rows spread over threads) on every layout that reaches it, with and
+without the weights (``need_weights=False``), with and without the row maximum. Problems of
+2 MiB of scores or more take the chunked path (``threads.MIN_SPLIT_BYTES``).
+
+Sections: values (the kernel equals the plain steps, the chunked path equals one pass, the row
+maximum is skipped only when a bound proves the scores small), errors (an overflow in a worker
+thread), reference (the fast path against PyTorch). The thread pool is tested in
+test_kernels_threads.py.
 """
 
 from __future__ import annotations
@@ -12,27 +17,77 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from transformer_np import causal_mask, padding_mask, scaled_dot_product_attention
-from transformer_np._kernels.threads import MIN_SPLIT_BYTES, blas_single_threaded, row_chunks
-from transformer_np.attention import _attention_steps, _scores_are_bounded
+from transformer_np import attention_steps, causal_mask, padding_mask, scaled_dot_product_attention
+from transformer_np._kernels import attention as kernel
+from transformer_np._kernels.attention import attention_inplace, scores_are_bounded
+from transformer_np._kernels.threads import MIN_SPLIT_BYTES, row_chunks
+
+from helpers import TORCH_FORWARD_TOL, assert_close_to_torch, random_qkv, to_torch
 
 TOL = {np.float32: 2e-6, np.float64: 1e-13}
 
+# ============================================================================================
+# values
+# ============================================================================================
 
-def _one_pass(q, k, v, mask=None, bias=None):
+# ------------------------------------------------------------------ kernel == the plain steps
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("masking", ["none", "causal", "padding", "bias"])
+@pytest.mark.parametrize("shape", [(5, 7), (2, 3, 6, 9), (2, 4, 600, 700)])
+def test_kernel_equals_the_plain_steps(dtype, masking, shape):
+    rng = np.random.default_rng(11)
+    lead, n_q, n_k = shape[:-2], shape[-2], shape[-1]
+    q = rng.standard_normal(lead + (n_q, 16)).astype(dtype)
+    k = rng.standard_normal(lead + (n_k, 16)).astype(dtype)
+    v = rng.standard_normal(lead + (n_k, 8)).astype(dtype)
+    mask = bias = None
+    if masking == "causal":
+        mask = np.tril(np.ones((n_q, n_k), bool))
+    elif masking == "padding":
+        mask = np.arange(n_k) < n_k - 2  # (n_k,): the last two keys are padding, for every row
+    elif masking == "bias":
+        bias = rng.standard_normal((n_q, n_k)).astype(dtype)
+    ref_out, ref_w = attention_steps(q, k, v, mask, bias)
+    for need_weights in (True, False):
+        out, w = kernel.attention(q, k, v, mask, bias, need_weights=need_weights)
+        np.testing.assert_allclose(out, ref_out, rtol=TOL[dtype], atol=TOL[dtype])
+        if need_weights:
+            np.testing.assert_allclose(w, ref_w, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def test_kernel_gives_zeros_for_a_fully_blocked_row_like_the_plain_steps():
+    rng = np.random.default_rng(12)
+    q, k, v = rng.standard_normal((3, 4, 6, 8))
+    mask = np.ones((6, 6), bool)
+    mask[2] = False  # query 2 may attend to nothing
+    ref_out, ref_w = attention_steps(q, k, v, mask)
+    out, w = kernel.attention(q, k, v, mask)
+    assert not ref_w[:, 2].any() and not w[:, 2].any() and not out[:, 2].any()
+    np.testing.assert_allclose(out, ref_out, rtol=1e-13, atol=1e-15)
+
+
+# ------------------------------------------------------------------ chunked path == one pass
+
+
+def attention_in_one_pass(q, k, v, mask=None, bias=None):
+    """The in-place steps run once on the whole arrays (no chunks, no threads)."""
     lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     out = np.empty(lead + (q.shape[-2], v.shape[-1]), q.dtype)
     w = np.empty(lead + (q.shape[-2], k.shape[-2]), q.dtype)
     m = None if mask is None else np.asarray(mask, bool)
-    _attention_steps(q, k, v, m, bias, out, w)
+    attention_inplace(q, k, v, m, bias, out, w)
     return out, w
 
 
-def _check(q, k, v, mask=None, bias=None):
+def assert_fast_path_equals_one_pass(q, k, v, mask=None, bias=None):
+    """scaled_dot_product_attention (chunked, threaded) equals the one pass, with and without
+    the weights; returns its output and weights."""
     n_scores = np.prod(np.broadcast_shapes(q.shape[:-2], k.shape[:-2])) * q.shape[-2] * k.shape[-2]
     assert n_scores * q.dtype.itemsize >= MIN_SPLIT_BYTES, "too small to take the fast path"
     out, w = scaled_dot_product_attention(q, k, v, mask, bias=bias)
-    ref_out, ref_w = _one_pass(q, k, v, mask, bias)
+    ref_out, ref_w = attention_in_one_pass(q, k, v, mask, bias)
     tol = TOL[q.dtype.type]
     np.testing.assert_allclose(w, ref_w, atol=tol, rtol=0)
     np.testing.assert_allclose(out, ref_out, atol=tol, rtol=0)
@@ -42,122 +97,87 @@ def _check(q, k, v, mask=None, bias=None):
     return out, w
 
 
-def _qkv(rng, shape_q, shape_k, d_v=None, dtype=np.float32):
-    q = rng.standard_normal(shape_q).astype(dtype)
-    k = rng.standard_normal(shape_k).astype(dtype)
-    v = rng.standard_normal(shape_k[:-1] + (d_v or shape_k[-1],)).astype(dtype)
-    return q, k, v
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_fast_path_equals_one_pass_with_causal_mask(dtype):
     rng = np.random.default_rng(0)
-    q, k, v = _qkv(rng, (1, 4, 512, 32), (1, 4, 512, 32), dtype=dtype)
-    out, w = _check(q, k, v, causal_mask(512))
+    q, k, v = random_qkv(rng, (1, 4, 512, 32), (1, 4, 512, 32), dtype=dtype)
+    out, w = assert_fast_path_equals_one_pass(q, k, v, causal_mask(512))
     assert out.dtype == w.dtype == dtype
     assert np.all(w[..., ~causal_mask(512)] == 0)
 
 
 def test_fast_path_with_padding_mask_and_fully_blocked_rows():
     rng = np.random.default_rng(1)
-    q, k, v = _qkv(rng, (2, 2, 300, 16), (2, 2, 700, 16), d_v=8)
+    q, k, v = random_qkv(rng, (2, 2, 300, 16), (2, 2, 700, 16), d_v=8, dtype=np.float32)
     mask = padding_mask([700, 250], 700)  # (2, 1, 1, 700)
-    _check(q, k, v, mask)
+    assert_fast_path_equals_one_pass(q, k, v, mask)
     rows = np.ones((300, 700), bool)
     rows[::7] = False  # every 7th query sees nothing
-    out, w = _check(q, k, v, rows)
+    out, w = assert_fast_path_equals_one_pass(q, k, v, rows)
     assert np.all(out[..., ::7, :] == 0) and np.all(w[..., ::7, :] == 0)
 
 
 def test_fast_path_with_bias_and_keys_shared_by_heads():
     rng = np.random.default_rng(2)
-    q, k, v = _qkv(rng, (2, 3, 256, 16), (2, 1, 512, 16))  # k, v broadcast over the heads
+    # k, v broadcast over the heads
+    q, k, v = random_qkv(rng, (2, 3, 256, 16), (2, 1, 512, 16), dtype=np.float32)
     bias = rng.standard_normal((3, 256, 512)).astype(np.float32)
     bias[..., -10:] = -np.inf
-    _check(q, k, v, bias=bias)
+    assert_fast_path_equals_one_pass(q, k, v, bias=bias)
 
 
 def test_fast_path_on_a_single_matrix_and_with_a_1d_mask():
     rng = np.random.default_rng(3)
-    q, k, v = _qkv(rng, (1100, 8), (1000, 8))  # no leading axes at all
+    q, k, v = random_qkv(rng, (1100, 8), (1000, 8), dtype=np.float32)  # no leading axes
     keys = np.arange(1000) % 3 != 0  # (n_k,)
-    _check(q, k, v, keys)
+    assert_fast_path_equals_one_pass(q, k, v, keys)
 
 
 def test_fast_path_groups_many_small_matrices():
     rng = np.random.default_rng(4)
-    q, k, v = _qkv(rng, (6, 96, 48, 8), (6, 96, 48, 8))  # 576 matrices of 48 x 48
+    # 576 matrices of 48 x 48
+    q, k, v = random_qkv(rng, (6, 96, 48, 8), (6, 96, 48, 8), dtype=np.float32)
     blocks = row_chunks((6, 96), 48, 48 * 4)
     assert blocks is not None and len(blocks) < 6 * 96  # several matrices per block
-    _check(q, k, v, causal_mask(48))
+    assert_fast_path_equals_one_pass(q, k, v, causal_mask(48))
 
 
 def test_fast_path_on_transposed_views_as_in_multi_head_attention():
     rng = np.random.default_rng(5)
     x = rng.standard_normal((2, 400, 4, 16)).astype(np.float32)  # (B, T, H, Dh)
     q = x.transpose(0, 2, 1, 3)  # (B, H, T, Dh), not contiguous
-    _check(q, q, q, causal_mask(400))
+    assert_fast_path_equals_one_pass(q, q, q, causal_mask(400))
 
 
-def test_overflow_in_a_worker_thread_raises_the_clear_error():
-    rng = np.random.default_rng(6)
-    q, k, v = _qkv(rng, (2, 2, 512, 8), (2, 2, 512, 8))
-    q[1, 1, 300] = 1e25  # with k[1, 1, 5], one score of 1e50 overflows float32
-    k[1, 1, 5] = 1e25
-    with pytest.raises(ValueError, match="overflowed float32"):
-        scaled_dot_product_attention(q, k, v)
-
-
-def test_blas_threads_are_restored_after_the_fast_path():
-    from threadpoolctl import threadpool_info
-
-    def blas_threads():
-        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
-
-    before = blas_threads()
-    if not before:
-        pytest.skip("no BLAS known to threadpoolctl")
-    rng = np.random.default_rng(7)
-    q, k, v = _qkv(rng, (4, 512, 16), (4, 512, 16))
-    scaled_dot_product_attention(q, k, v)
-    assert blas_threads() == before
-    with blas_single_threaded():
-        assert set(blas_threads()) == {1}
-        with blas_single_threaded():  # nested: still one thread, restored by the outer exit
-            pass
-        assert set(blas_threads()) == {1}
-    assert blas_threads() == before
-
-
-# ----------------------------------------------------------------------------------------------
-# the row maximum is skipped only when a bound proves the scores small
-# ----------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------ the row maximum
+#
+# It is skipped only when a bound proves the scores small.
 
 
 def test_the_bound_holds_for_ordinary_inputs_and_fails_for_large_ones():
     rng = np.random.default_rng(8)
-    q, k, v = _qkv(rng, (2, 64, 16), (2, 64, 16))
-    assert _scores_are_bounded(q, k, v, None)
-    assert not _scores_are_bounded(q * 30, k * 30, v, None)  # scores up to ~ 900 / 4
-    assert _scores_are_bounded(q, k, v * 1e30, None)  # 64 e^B 1e30 still fits in float32
-    assert not _scores_are_bounded(q, k, v * 1e36, None)  # n_k e^B max|v| could overflow
+    q, k, v = random_qkv(rng, (2, 64, 16), (2, 64, 16), dtype=np.float32)
+    assert scores_are_bounded(q, k, v, None)
+    assert not scores_are_bounded(q * 30, k * 30, v, None)  # scores up to ~ 900 / 4
+    assert scores_are_bounded(q, k, v * 1e30, None)  # 64 e^B 1e30 still fits in float32
+    assert not scores_are_bounded(q, k, v * 1e36, None)  # n_k e^B max|v| could overflow
     bert_mask = np.where(rng.random((64, 64)) < 0.5, 0.0, -1e9).astype(np.float32)
-    assert not _scores_are_bounded(q, k, v, bert_mask)  # large finite bias
+    assert not scores_are_bounded(q, k, v, bert_mask)  # large finite bias
     blocked = np.where(rng.random((64, 64)) < 0.5, 0.0, -np.inf).astype(np.float32)
-    assert _scores_are_bounded(q, k, v, blocked)  # -inf blocks; it does not count in the bound
+    assert scores_are_bounded(q, k, v, blocked)  # -inf blocks; it does not count in the bound
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_steps_without_the_row_maximum_give_the_same_weights(dtype):
     rng = np.random.default_rng(9)
-    q, k, v = _qkv(rng, (3, 40, 8), (3, 50, 8), d_v=6, dtype=dtype)
+    q, k, v = random_qkv(rng, (3, 40, 8), (3, 50, 8), d_v=6, dtype=dtype)
     mask = rng.random((40, 50)) < 0.7
     mask[5] = False  # a row with every key blocked
-    assert _scores_are_bounded(q, k, v, None)
+    assert scores_are_bounded(q, k, v, None)
     results = []
     for shift in (True, False):
         out, w = np.empty((3, 40, 6), dtype), np.empty((3, 40, 50), dtype)
-        _attention_steps(q, k, v, mask, None, out, w, shift=shift)
+        attention_inplace(q, k, v, mask, None, out, w, shift=shift)
         results.append((out, w))
     (out1, w1), (out2, w2) = results
     tol = TOL[dtype]
@@ -170,10 +190,10 @@ def test_steps_without_the_row_maximum_give_the_same_weights(dtype):
 def test_large_scores_on_the_fast_path_take_the_row_maximum(need_weights):
     # scores up to ~150: e^150 overflows float32, so the fast path must subtract the maximum
     rng = np.random.default_rng(10)
-    q, k, v = _qkv(rng, (2, 2, 512, 16), (2, 2, 512, 16))
+    q, k, v = random_qkv(rng, (2, 2, 512, 16), (2, 2, 512, 16), dtype=np.float32)
     q *= 6.0
     k *= 6.0
-    assert not _scores_are_bounded(q, k, v, None)
+    assert not scores_are_bounded(q, k, v, None)
     out, w = scaled_dot_product_attention(q, k, v, need_weights=need_weights)
     s = (q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2)) / 4.0
     ref_w = np.exp(s - s.max(-1, keepdims=True))
@@ -188,20 +208,52 @@ def test_bert_style_additive_mask_on_the_fast_path():
     # -1e9 on every key of a row absorbs the scores (-1e9 + s == -1e9 in float32): the row comes
     # out uniform, as in the one-pass path; elsewhere the -1e9 keys get a weight of 0
     rng = np.random.default_rng(11)
-    q, k, v = _qkv(rng, (2, 2, 512, 16), (2, 2, 512, 16))
+    q, k, v = random_qkv(rng, (2, 2, 512, 16), (2, 2, 512, 16), dtype=np.float32)
     bias = np.zeros((512, 512), np.float32)
     bias[:, 400:] = -1e9
     bias[7] = -1e9  # every key of row 7
-    out, w = _check(q, k, v, bias=bias)
+    out, w = assert_fast_path_equals_one_pass(q, k, v, bias=bias)
     np.testing.assert_allclose(w[..., 7, :], 1 / 512, rtol=1e-5)
     assert np.all(w[..., :7, 400:] == 0) and np.all(w[..., 8:, 400:] == 0)
 
 
-def test_need_weights_must_be_a_bool():
-    rng = np.random.default_rng(12)
-    q, k, v = _qkv(rng, (4, 8), (5, 8))
-    with pytest.raises(TypeError, match=r"need_weights must be True or False, got 'no' \(str\)"):
-        scaled_dot_product_attention(q, k, v, need_weights="no")
-    out, w = scaled_dot_product_attention(q, k, v, need_weights=np.bool_(False))  # small path
-    assert w is None
-    np.testing.assert_allclose(out, scaled_dot_product_attention(q, k, v)[0], atol=2e-6)
+# ============================================================================================
+# errors
+# ============================================================================================
+
+
+def test_overflow_in_a_worker_thread_raises_the_clear_error():
+    rng = np.random.default_rng(6)
+    q, k, v = random_qkv(rng, (2, 2, 512, 8), (2, 2, 512, 8), dtype=np.float32)
+    q[1, 1, 300] = 1e25  # with k[1, 1, 5], one score of 1e50 overflows float32
+    k[1, 1, 5] = 1e25
+    with pytest.raises(ValueError, match="overflowed float32"):
+        scaled_dot_product_attention(q, k, v)
+
+
+# ============================================================================================
+# reference (PyTorch)
+# ============================================================================================
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_sdpa_fast_path_matches_torch(torch, dtype, need_weights):
+    # 2 x 4 x 512 x 640 scores (several MiB): the blocked path on both cores, which skips the row
+    # maximum when the scores are provably small (they are, here) and, without the weights,
+    # divides the output instead of the weights
+    rng = np.random.default_rng(3)
+    q, k, v = random_qkv(rng, (2, 4, 512, 32), (2, 4, 640, 32), d_v=24, dtype=dtype)
+    assert scores_are_bounded(q, k, v, None)
+    mask = np.tril(np.ones((512, 640), bool), k=128)
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask, need_weights=need_weights)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        to_torch(q), to_torch(k), to_torch(v), attn_mask=to_torch(mask)
+    )
+    assert_close_to_torch(
+        out,
+        ref.numpy(),
+        f"sdpa output, fast path, need_weights={need_weights}",
+        atol=TORCH_FORWARD_TOL[dtype],
+    )
+    assert (w is None) == (not need_weights)

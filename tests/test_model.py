@@ -1,91 +1,52 @@
-"""The full models: configuration, shapes, masks, dropout, tied embeddings, bad input."""
+"""model.py: the encoder-decoder Transformer and the decoder-only LanguageModel.
 
-from __future__ import annotations
+Sections: values (shapes, dtypes, causality, padding, positions, dropout, tied embeddings, the
+cached forward pass), errors (bad token ids, parameters, gradients and memory name the
+argument; a failed load leaves the model unchanged), backward (whole models with the loss,
+against finite differences), reference (loss and every gradient against the same models built
+from torch.nn parts). The configurations are tested in test_config.py, generation in
+test_decoding.py.
+"""
+
+import math
 
 import numpy as np
 import pytest
 
-from transformer_np import EncoderBlock
-from transformer_np.model import (
-    DecoderBlock,
-    EncoderLayer,
+from transformer_np import (
+    Dropout,
+    KVCache,
     LanguageModel,
     LanguageModelConfig,
     Transformer,
     TransformerConfig,
 )
+from transformer_np.losses import cross_entropy
 
-
-def small_seq2seq(**kw):
-    base = {"src_vocab_size": 11, "tgt_vocab_size": 12, "d_model": 16, "n_heads": 4}
-    base.update(kw)
-    return Transformer(TransformerConfig(**base), rng=0)
-
-
-def small_lm(**kw):
-    base = {"vocab_size": 10, "d_model": 16, "n_heads": 2, "max_len": 12}
-    base.update(kw)
-    return LanguageModel(LanguageModelConfig(**base), rng=0)
-
-
-# --------------------------------------------------------------------------------------------
-# configuration
-
-
-def test_config_defaults_follow_the_paper_where_it_matters():
-    cfg = TransformerConfig(src_vocab_size=5, tgt_vocab_size=5, d_model=32)
-    assert cfg.d_ff == 4 * 32  # d_ff = 4 d_model
-    assert cfg.norm_first is False  # post-LN
-    assert cfg.activation == "relu"
-
-
-def test_config_is_frozen_and_round_trips_through_json():
-    cfg = LanguageModelConfig(vocab_size=7, d_model=8, n_heads=2, dropout=0.1)
-    with pytest.raises(AttributeError):
-        cfg.d_model = 16
-    assert LanguageModelConfig.from_json(cfg.to_json()) == cfg
-    with pytest.raises(ValueError, match="describes a LanguageModelConfig"):
-        TransformerConfig.from_json(cfg.to_json())
-
-
-@pytest.mark.parametrize(
-    ("kw", "error", "match"),
-    [
-        ({"d_model": 30, "n_heads": 4}, ValueError, "d_model must be divisible by n_heads"),
-        ({"d_model": 5, "n_heads": 5}, ValueError, "d_model must be even"),
-        ({"dropout": 1.0}, ValueError, r"dropout must be < 1"),
-        ({"dropout": -0.1}, ValueError, r"dropout must be >= 0"),
-        ({"activation": "tanh"}, ValueError, "activation must be"),
-        ({"dtype": "float16"}, ValueError, "dtype must be"),
-        ({"n_layers": 0}, ValueError, r"n_layers must be >= 1"),
-        ({"max_len": 2.5}, TypeError, "max_len must be an integer"),
-        ({"norm_first": 1}, TypeError, "norm_first must be True or False"),
-        ({"vocab_size": 0}, ValueError, "vocab_size must be >= 1"),
-    ],
+from helpers import (
+    TORCH_GRAD_TOL,
+    assert_close_to_torch,
+    assert_parameters_unchanged,
+    gradcheck_model,
+    load_decoder_layer,
+    load_encoder_layer,
+    load_layer_norm,
+    parameter_snapshot,
+    randomise_biases,
+    small_language_model,
+    small_transformer,
+    to_torch64,
+    torch_decoder_layer_grads,
+    torch_encoder_layer_grads,
 )
-def test_bad_language_model_config_names_the_field(kw, error, match):
-    base = {"vocab_size": 10, "d_model": 16, "n_heads": 2}
-    base.update(kw)
-    with pytest.raises(error, match=match):
-        LanguageModelConfig(**base)
 
-
-def test_pad_id_must_exist_in_both_vocabularies():
-    with pytest.raises(ValueError, match="pad_id must be a valid id"):
-        TransformerConfig(src_vocab_size=5, tgt_vocab_size=8, pad_id=6)
-
-
-def test_model_rejects_a_config_of_the_wrong_kind():
-    with pytest.raises(TypeError, match="config must be a TransformerConfig"):
-        Transformer(LanguageModelConfig(vocab_size=5, d_model=8, n_heads=2))
-
-
-# --------------------------------------------------------------------------------------------
-# forward pass
+# ============================================================================================
+# values
+# ============================================================================================
 
 
 def test_transformer_shapes_dtype_and_parameter_names():
-    model = small_seq2seq()
+    model = small_transformer()
     src = np.array([[3, 4, 5, 0], [6, 7, 8, 9]])
     tgt = np.array([[1, 5, 4], [1, 9, 8]])
     logits = model(src, tgt)
@@ -96,12 +57,12 @@ def test_transformer_shapes_dtype_and_parameter_names():
 
 
 def test_float64_model_computes_in_float64():
-    model = small_lm(dtype="float64")
+    model = small_language_model(dtype="float64")
     assert model(np.array([[1, 2, 3]])).dtype == np.float64
 
 
 def test_language_model_is_causal():
-    model = small_lm()
+    model = small_language_model()
     x = np.array([[1, 2, 3, 4, 5, 6]])
     y = x.copy()
     y[0, 4:] = [9, 9]
@@ -111,7 +72,7 @@ def test_language_model_is_causal():
 
 
 def test_decoder_cannot_see_future_target_tokens():
-    model = small_seq2seq()
+    model = small_transformer()
     src = np.array([[3, 4, 5, 6]])
     a = model(src, np.array([[1, 5, 6, 7]]))
     b = model(src, np.array([[1, 5, 9, 10]]))
@@ -120,7 +81,7 @@ def test_decoder_cannot_see_future_target_tokens():
 
 def test_source_padding_changes_nothing():
     """Extra padding at the end of the source is masked out everywhere."""
-    model = small_seq2seq()
+    model = small_transformer()
     tgt = np.array([[1, 5, 6]])
     a = model(np.array([[3, 4, 5]]), tgt)
     b = model(np.array([[3, 4, 5, 0, 0, 0]]), tgt)
@@ -128,23 +89,14 @@ def test_source_padding_changes_nothing():
 
 
 def test_positional_encoding_makes_order_matter():
-    model = small_lm()
+    model = small_language_model()
     a = model(np.array([[1, 2, 3]]))[0, -1]
     b = model(np.array([[2, 1, 3]]))[0, -1]
     assert not np.allclose(a, b, atol=1e-4)
 
 
-def test_encoder_layer_without_dropout_equals_encoder_block():
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((2, 5, 16))
-    for norm_first in (False, True):
-        layer = EncoderLayer(16, 4, 32, norm_first=norm_first, rng=1)
-        block = EncoderBlock(16, 4, 32, norm_first=norm_first, rng=1)
-        np.testing.assert_array_equal(layer(x), block(x))
-
-
 def test_dropout_only_in_training_mode():
-    model = small_lm(dropout=0.3)
+    model = small_language_model(dropout=0.3)
     x = np.array([[1, 2, 3, 4]])
     model.eval()
     a, b = model(x), model(x)
@@ -152,44 +104,43 @@ def test_dropout_only_in_training_mode():
     model.train()
     c = model(x)
     assert not np.allclose(a, c)
-    reference = small_lm(dropout=0.0)  # same seed, same weights
+    reference = small_language_model(dropout=0.0)  # same seed, same weights
     np.testing.assert_allclose(a, reference(x), atol=1e-6)
 
 
 def test_tied_embeddings_share_the_matrix():
-    model = small_lm(tie_embeddings=True)
+    model = small_language_model(tie_embeddings=True)
     assert "out.W" not in model.parameters()
     x = np.array([[1, 2, 3]])
     logits = model(x)
-    h = model.out._cache["h"].reshape(1, 3, 16)
+    h = model.out.cache["h"].reshape(1, 3, 16)
     W = model.parameters()["embed.W"]
     np.testing.assert_allclose(logits, h @ W.T + model.parameters()["out.b"], atol=1e-5)
-    untied = small_lm(tie_embeddings=False)
+    untied = small_language_model(tie_embeddings=False)
     assert "out.W" in untied.parameters()
     assert untied.num_parameters() == model.num_parameters() + 16 * 10
 
 
-def test_decoder_block_post_ln_output_is_normalised():
-    rng = np.random.default_rng(0)
-    block = DecoderBlock(16, 4, 32, rng=rng)
-    y = block(rng.standard_normal((2, 3, 16)) * 5, rng.standard_normal((2, 4, 16)))
-    np.testing.assert_allclose(y.mean(-1), 0, atol=1e-7)
-    np.testing.assert_allclose(y.std(-1), 1, atol=1e-3)
+def test_cached_step_logits_equal_full_forward_logits():
+    model = small_language_model(
+        vocab_size=17, n_heads=4, n_layers=2, max_len=32, norm_first=True, dtype="float64", rng=3
+    )
+    x = np.array([[3, 1, 4, 1, 5, 9, 2, 6]])
+    full = model(x)
+    cache = [KVCache(8) for _ in model.blocks.layers]
+    prefill = model.forward(x[:, :3], kv_cache=cache)  # the prompt in one chunk
+    steps = [model.forward(x[:, t : t + 1], kv_cache=cache) for t in range(3, 8)]  # one by one
+    np.testing.assert_allclose(np.concatenate([prefill] + steps, axis=1), full, atol=1e-12)
 
 
-def test_load_parameters_checks_names_and_shapes():
-    model = small_lm()
-    params = {k: v.copy() for k, v in model.parameters().items()}
-    params["embed.W"] = np.zeros((10, 8))
-    with pytest.raises(ValueError, match="'embed.W' must have shape"):
-        model.load_parameters(params)
-    del params["embed.W"]
-    with pytest.raises(ValueError, match="missing"):
-        model.load_parameters(params)
+# ============================================================================================
+# errors
+# ============================================================================================
 
 
-# --------------------------------------------------------------------------------------------
-# bad input
+def test_model_rejects_a_config_of_the_wrong_kind():
+    with pytest.raises(TypeError, match="config must be a TransformerConfig"):
+        Transformer(LanguageModelConfig(vocab_size=5, d_model=8, n_heads=2))
 
 
 @pytest.mark.parametrize(
@@ -205,18 +156,337 @@ def test_load_parameters_checks_names_and_shapes():
 )
 def test_language_model_bad_ids_raise_clear_errors(ids, error, match):
     with pytest.raises(error, match=match):
-        small_lm()(ids)
+        small_language_model()(ids)
 
 
 def test_transformer_mismatched_batches_raise():
-    model = small_seq2seq()
+    model = small_transformer()
     with pytest.raises(ValueError, match="same batch size"):
         model(np.array([[3, 4], [5, 6]]), np.array([[1, 2, 3]]))
 
 
 def test_transformer_ids_out_of_range_name_the_argument():
-    model = small_seq2seq()
+    model = small_transformer()
     with pytest.raises(ValueError, match=r"tgt must hold token ids in \[0, 12\)"):
         model(np.array([[3, 4]]), np.array([[1, 12]]))
     with pytest.raises(ValueError, match=r"src must hold token ids in \[0, 11\)"):
         model(np.array([[3, 11]]), np.array([[1, 2]]))
+
+
+def test_transformer_decode_takes_a_list_memory_and_names_it():
+    cfg = TransformerConfig(src_vocab_size=9, tgt_vocab_size=10, d_model=8, n_heads=2, d_ff=16)
+    tm = Transformer(cfg, rng=0)
+    memory = tm.encode(np.array([[1, 2, 3]]))
+    assert tm.decode(np.array([[1, 2]]), memory.tolist()).shape == (1, 2, 10)
+    with pytest.raises(ValueError, match="memory must have the batch size"):
+        tm.decode(np.array([[1, 2], [1, 2]]), memory)
+
+
+def test_load_parameters_checks_names_and_shapes():
+    model = small_language_model()
+    params = {k: v.copy() for k, v in model.parameters().items()}
+    params["embed.W"] = np.zeros((10, 8))
+    with pytest.raises(ValueError, match="'embed.W' must have shape"):
+        model.load_parameters(params)
+    del params["embed.W"]
+    with pytest.raises(ValueError, match="missing"):
+        model.load_parameters(params)
+
+
+@pytest.mark.parametrize(
+    "bad, error, match",
+    [
+        (lambda v: np.full(v.shape, "x"), TypeError, "an array of real numbers, got dtype <U1"),
+        (lambda v: np.full(v.shape, np.nan), ValueError, "contains NaN or inf"),
+        (lambda v: np.zeros(v.shape + (1,)), ValueError, "must have shape"),
+    ],
+)
+def test_load_parameters_checks_everything_before_copying(bad, error, match):
+    lm = small_language_model(d_model=8, max_len=6, dtype="float64")
+    before = parameter_snapshot(lm)
+    params = {k: np.zeros_like(v) for k, v in before.items()}
+    last = list(params)[-1]  # the others would be copied first by a key-by-key loop
+    params[last] = bad(params[last])
+    with pytest.raises(error, match=f"parameter '{last}' .*{match}"):
+        lm.load_parameters(params)
+    assert_parameters_unchanged(lm, before)
+
+
+def test_load_parameters_wants_a_mapping():
+    lm = small_language_model(d_model=8, max_len=6, dtype="float64")
+    with pytest.raises(TypeError, match="params must be a mapping of names to arrays, got list"):
+        lm.load_parameters([1, 2])
+
+
+@pytest.mark.parametrize("tie", [True, False])
+@pytest.mark.parametrize(
+    "grad, error, match",
+    [
+        (np.zeros((1, 10, 3)), ValueError, r"grad_logits must have the shape .*\(1, 3, 10\)"),
+        (np.zeros(30), ValueError, r"grad_logits must have the shape .*got \(30,\)"),
+        (np.full((1, 3, 10), np.nan), ValueError, "grad_logits contains NaN"),
+        (np.zeros((1, 3, 10), int), TypeError, "grad_logits must be a floating-point array"),
+    ],
+)
+def test_language_model_backward_checks_grad_logits(tie, grad, error, match):
+    lm = small_language_model(d_model=8, max_len=6, dtype="float64", tie_embeddings=tie)
+    lm(np.array([[1, 2, 3]]))
+    with pytest.raises(error, match=match):
+        lm.backward(grad)
+
+
+# ============================================================================================
+# backward
+# ============================================================================================
+
+
+@pytest.mark.parametrize(
+    ("norm_first", "tie", "activation", "dropout"),
+    [
+        (False, False, "relu", 0.0),
+        (True, True, "gelu", 0.0),
+        (False, True, "gelu", 0.2),
+    ],
+)
+def test_transformer_gradient_matches_finite_differences(rng, norm_first, tie, activation, dropout):
+    cfg = TransformerConfig(
+        src_vocab_size=9,
+        tgt_vocab_size=10,
+        d_model=8,
+        n_heads=2,
+        d_ff=12,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        norm_first=norm_first,
+        tie_embeddings=tie,
+        activation=activation,
+        dropout=dropout,
+        dtype="float64",
+    )
+    model = Transformer(cfg, rng=rng)
+    model.train(dropout > 0)
+    for name in model.parameters():  # non-zero biases everywhere
+        if name.endswith(("b_q", "b_v", "b_o", ".b")):
+            model.parameters()[name][...] = 0.2 * rng.standard_normal(
+                model.parameters()[name].shape
+            )
+    src = np.array([[3, 4, 5, 0, 0], [6, 7, 8, 3, 2]])  # 0 = padding
+    tgt_in = np.array([[1, 5, 4, 3], [1, 9, 8, 0]])
+    tgt_out = np.array([[5, 4, 3, 2], [9, 8, 2, 0]])
+    dropouts = [m for m in model.modules() if isinstance(m, Dropout)]
+
+    def loss_fn(backward):
+        for d in dropouts:  # identical dropout masks at every evaluation
+            d.rng = np.random.default_rng(3)
+        logits = model(src, tgt_in)
+        loss, g = cross_entropy(logits, tgt_out, ignore_index=0, label_smoothing=0.1)
+        if backward:
+            model.backward(g)
+        return loss
+
+    gradcheck_model(model, loss_fn, rng)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_language_model_gradient_matches_finite_differences(rng, norm_first):
+    cfg = LanguageModelConfig(
+        vocab_size=11, d_model=8, n_heads=2, n_layers=2, norm_first=norm_first, dtype="float64"
+    )
+    model = LanguageModel(cfg, rng=rng)
+    x = rng.integers(0, 11, (2, 6))
+    y = rng.integers(0, 11, (2, 6))
+
+    def loss_fn(backward):
+        loss, g = cross_entropy(model(x), y)
+        if backward:
+            model.backward(g)
+        return loss
+
+    gradcheck_model(model, loss_fn, rng)
+
+
+def test_gradients_are_overwritten_not_accumulated(rng):
+    cfg = LanguageModelConfig(vocab_size=7, d_model=8, n_heads=2, dtype="float64")
+    model = LanguageModel(cfg, rng=rng)
+    x = rng.integers(0, 7, (2, 5))
+    g = rng.standard_normal((2, 5, 7))
+    model(x)
+    model.backward(g)
+    first = {k: v.copy() for k, v in model.gradients().items()}
+    model(x)
+    model.backward(g)
+    for k, v in model.gradients().items():
+        np.testing.assert_array_equal(v, first[k])
+
+
+# ============================================================================================
+# reference (PyTorch)
+# ============================================================================================
+
+
+def torch_seq2seq(torch, cfg: TransformerConfig, pe):
+    """The same architecture as transformer_np.model.Transformer, from torch.nn parts
+    (float64, no dropout)."""
+
+    class TorchSeq2Seq(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            D = cfg.d_model
+            kw = {"dropout": 0.0, "batch_first": True, "norm_first": cfg.norm_first}
+            kw.update(activation=cfg.activation, dtype=torch.float64)
+            f64 = {"dtype": torch.float64}
+            self.src_embed = torch.nn.Embedding(cfg.src_vocab_size, D, **f64)
+            self.tgt_embed = torch.nn.Embedding(cfg.tgt_vocab_size, D, **f64)
+            self.enc = torch.nn.ModuleList(
+                torch.nn.TransformerEncoderLayer(D, cfg.n_heads, cfg.d_ff, **kw)
+                for _ in range(cfg.n_encoder_layers)
+            )
+            self.dec = torch.nn.ModuleList(
+                torch.nn.TransformerDecoderLayer(D, cfg.n_heads, cfg.d_ff, **kw)
+                for _ in range(cfg.n_decoder_layers)
+            )
+            self.enc_norm = torch.nn.LayerNorm(D, **f64) if cfg.norm_first else None
+            self.dec_norm = torch.nn.LayerNorm(D, **f64) if cfg.norm_first else None
+            self.out = torch.nn.Linear(D, cfg.tgt_vocab_size, **f64)
+            self.pe = to_torch64(pe)
+
+        def forward(self, src, tgt):
+            D, pad = cfg.d_model, cfg.pad_id
+            S, Tt = src.shape[1], tgt.shape[1]
+            src_kpm, tgt_kpm = src == pad, tgt == pad
+            x = self.src_embed(src) * math.sqrt(D) + self.pe[:S]
+            for layer in self.enc:
+                x = layer(x, src_key_padding_mask=src_kpm)
+            if self.enc_norm is not None:
+                x = self.enc_norm(x)
+            y = self.tgt_embed(tgt) * math.sqrt(D) + self.pe[:Tt]
+            causal = torch.triu(torch.ones(Tt, Tt, dtype=torch.bool), 1)
+            for layer in self.dec:
+                y = layer(
+                    y,
+                    x,
+                    tgt_mask=causal,
+                    tgt_key_padding_mask=tgt_kpm,
+                    memory_key_padding_mask=src_kpm,
+                )
+            if self.dec_norm is not None:
+                y = self.dec_norm(y)
+            if cfg.tie_embeddings:
+                return y @ self.tgt_embed.weight.T + self.out.bias
+            return self.out(y)
+
+    return TorchSeq2Seq()
+
+
+@pytest.mark.parametrize(("norm_first", "tie"), [(False, False), (True, True)])
+def test_transformer_loss_and_gradients_match_torch(torch, rng, norm_first, tie):
+    cfg = TransformerConfig(
+        src_vocab_size=9,
+        tgt_vocab_size=10,
+        d_model=8,
+        n_heads=2,
+        d_ff=16,
+        norm_first=norm_first,
+        tie_embeddings=tie,
+        activation="gelu",
+        dtype="float64",
+    )
+    model = Transformer(cfg, rng=rng)
+    randomise_biases(model.parameters(), rng)
+    tm = torch_seq2seq(torch, cfg, model.pe)
+    P = model.parameters()
+    with torch.no_grad():
+        tm.src_embed.weight.copy_(to_torch64(P["src_embed.W"]))
+        tm.tgt_embed.weight.copy_(to_torch64(P["tgt_embed.W"]))
+        for i, tl in enumerate(tm.enc):
+            load_encoder_layer(tl, model.encoder.layers[i])
+        for i, tl in enumerate(tm.dec):
+            load_decoder_layer(tl, model.decoder.layers[i])
+        if norm_first:
+            load_layer_norm(tm.enc_norm, model.encoder.norm)
+            load_layer_norm(tm.dec_norm, model.decoder.norm)
+        tm.out.bias.copy_(to_torch64(P["out.b"]))
+        if not tie:
+            tm.out.weight.copy_(to_torch64(P["out.W"].T))
+    src = np.array([[3, 4, 5, 0, 0], [6, 7, 8, 3, 2]])
+    tgt_in = np.array([[1, 5, 4, 3], [1, 9, 8, 0]])
+    tgt_out = np.array([[5, 4, 3, 2], [9, 8, 2, 0]])
+
+    logits = model(src, tgt_in)
+    loss, g = cross_entropy(logits, tgt_out, ignore_index=0, label_smoothing=0.1)
+    model.backward(g)
+    tlogits = tm(torch.tensor(src), torch.tensor(tgt_in))
+    tloss = torch.nn.functional.cross_entropy(
+        tlogits.reshape(-1, 10),
+        torch.tensor(tgt_out).reshape(-1),
+        ignore_index=0,
+        label_smoothing=0.1,
+    )
+    tloss.backward()
+    assert_close_to_torch(logits, tlogits, "logits", atol=TORCH_GRAD_TOL)
+    assert abs(loss - tloss.item()) <= TORCH_GRAD_TOL
+    grads = model.gradients()
+
+    def assert_gradient_matches_torch(name, torch_grad, what=None):
+        assert_close_to_torch(grads[name], torch_grad, what or name, atol=TORCH_GRAD_TOL)
+
+    assert_gradient_matches_torch("src_embed.W", tm.src_embed.weight.grad)
+    assert_gradient_matches_torch(
+        "tgt_embed.W", tm.tgt_embed.weight.grad, "tgt_embed.W (tied: both uses)"
+    )
+    assert_gradient_matches_torch("out.b", tm.out.bias.grad)
+    for i, tl in enumerate(tm.enc):
+        for k, v in torch_encoder_layer_grads(tl).items():
+            assert_gradient_matches_torch(f"encoder.{i}.{k}", v)
+    for i, tl in enumerate(tm.dec):
+        for k, v in torch_decoder_layer_grads(tl).items():
+            assert_gradient_matches_torch(f"decoder.{i}.{k}", v)
+
+
+def test_language_model_loss_and_gradients_match_torch(torch, rng):
+    cfg = LanguageModelConfig(vocab_size=12, d_model=8, n_heads=2, n_layers=2, dtype="float64")
+    model = LanguageModel(cfg, rng=rng)
+    randomise_biases(model.parameters(), rng)
+    layers = torch.nn.ModuleList(
+        torch.nn.TransformerEncoderLayer(
+            8,
+            2,
+            cfg.d_ff,
+            dropout=0.0,
+            activation="gelu",
+            batch_first=True,
+            norm_first=True,
+            dtype=torch.float64,
+        )
+        for _ in range(2)
+    )
+    norm = torch.nn.LayerNorm(8, dtype=torch.float64)
+    emb = torch.nn.Embedding(12, 8, dtype=torch.float64)
+    bias = to_torch64(model.parameters()["out.b"], True)
+    with torch.no_grad():
+        emb.weight.copy_(to_torch64(model.parameters()["embed.W"]))
+        for i, tl in enumerate(layers):
+            load_encoder_layer(tl, model.blocks.layers[i])
+        load_layer_norm(norm, model.blocks.norm)
+    x = rng.integers(0, 12, (3, 7))
+    y = rng.integers(0, 12, (3, 7))
+    h = emb(torch.tensor(x)) * math.sqrt(8) + to_torch64(model.pe[:7])
+    causal = torch.triu(torch.ones(7, 7, dtype=torch.bool), 1)
+    for tl in layers:
+        h = tl(h, src_mask=causal)
+    tlogits = norm(h) @ emb.weight.T + bias
+    tloss = torch.nn.functional.cross_entropy(tlogits.reshape(-1, 12), torch.tensor(y).reshape(-1))
+    tloss.backward()
+    loss, g = cross_entropy(model(x), y)
+    model.backward(g)
+    assert abs(loss - tloss.item()) <= TORCH_GRAD_TOL
+    grads = model.gradients()
+    tol = TORCH_GRAD_TOL
+    assert_close_to_torch(grads["embed.W"], emb.weight.grad, "embed.W (tied)", atol=tol)
+    assert_close_to_torch(grads["out.b"], bias.grad, "out.b", atol=tol)
+    assert_close_to_torch(
+        grads["blocks.norm.gamma"], norm.weight.grad, "blocks.norm.gamma", atol=tol
+    )
+    for i, tl in enumerate(layers):
+        for k, v in torch_encoder_layer_grads(tl).items():
+            assert_close_to_torch(grads[f"blocks.{i}.{k}"], v, f"blocks.{i}.{k}", atol=tol)

@@ -1,15 +1,27 @@
-"""Unit tests of the sinusoidal positional encoding and its offset (rotation) matrices."""
+"""positional.py: the sinusoidal positional encoding and its offset (rotation) matrices.
+
+Sections: values (the paper's formula entry by entry, the offsets as rotations, the properties
+with hypothesis, and why attention needs positions at all), errors (bad sizes, k and base).
+"""
 
 import math
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from transformer_np import (
     MultiHeadAttention,
     positional_encoding,
     positional_offset_matrix,
 )
+
+from helpers import PROPERTY_SETTINGS
+
+# ============================================================================================
+# values
+# ============================================================================================
 
 
 def test_positional_encoding_matches_the_paper_formula_entry_by_entry():
@@ -84,3 +96,62 @@ def test_adding_positions_breaks_permutation_equivariance_of_attention():
     out_pe, _ = mha(x + pe)
     out_pe_perm, _ = mha(x[perm] + pe)
     assert not np.allclose(out_pe_perm, out_pe[perm], atol=1e-3)  # with positions: order matters
+
+
+# ------------------------------------------------------------------ properties (hypothesis)
+
+
+even_d = st.integers(1, 64).map(lambda h: 2 * h)
+
+
+@PROPERTY_SETTINGS
+@given(st.integers(1, 2000), even_d)
+def test_positional_encoding_values_are_in_minus_one_one(max_len, d_model):
+    pe = positional_encoding(max_len, d_model)
+    assert pe.shape == (max_len, d_model)
+    assert np.all(np.abs(pe) <= 1.0)
+
+
+@PROPERTY_SETTINGS
+@given(st.integers(0, 5000), st.integers(-500, 500), even_d)
+def test_positional_encoding_shift_is_a_fixed_linear_map(pos, k, d_model):
+    if pos + k < 0:
+        pos = -k
+    pe = positional_encoding(pos + k + 1 if k > 0 else pos + 1, d_model)
+    R = positional_offset_matrix(k, d_model)
+    np.testing.assert_allclose(R @ pe[pos], pe[pos + k], atol=1e-10)
+
+
+# ============================================================================================
+# errors
+# ============================================================================================
+
+
+def test_odd_d_model_is_rejected_with_the_reason():
+    with pytest.raises(ValueError, match=r"d_model must be even .*sin/cos pairs.*7"):
+        positional_encoding(10, 7)
+    with pytest.raises(ValueError, match="d_model must be even"):
+        positional_offset_matrix(1, 7)
+
+
+@pytest.mark.parametrize("max_len, d_model", [(0, 8), (-3, 8), (10, 0), (10, -2)])
+def test_positional_encoding_non_positive_sizes(max_len, d_model):
+    with pytest.raises(ValueError, match="must be a positive integer"):
+        positional_encoding(max_len, d_model)
+
+
+def test_positional_encoding_non_integer_size():
+    with pytest.raises(TypeError, match="max_len must be a positive integer"):
+        positional_encoding(10.5, 8)
+
+
+def test_positional_offset_bad_k():
+    with pytest.raises(TypeError, match="k must be a real number"):
+        positional_offset_matrix("3", 8)
+    with pytest.raises(ValueError, match="k must be finite"):
+        positional_offset_matrix(np.inf, 8)
+
+
+def test_positional_encoding_bad_base():
+    with pytest.raises(ValueError, match="base must be a positive finite number"):
+        positional_encoding(4, 8, base=-1.0)

@@ -1,0 +1,125 @@
+"""embedding.py: token embeddings (Embedding) and the tied output layer (TiedOutput).
+
+Sections: values (the lookup scaled by sqrt(d_model), initialisation, dtypes), errors (bad
+token ids), backward (against finite differences, repeated ids accumulate; the tied layer's
+share of the shared matrix), reference (the gradient against torch.nn.Embedding). Weight tying
+in a whole model is tested in test_model.py.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from transformer_np import Embedding, TiedOutput
+
+from helpers import (
+    FD_TOL,
+    TORCH_GRAD_TOL,
+    assert_close_to_torch,
+    gradcheck_layer,
+    numerical_gradient,
+    relative_error,
+    to_torch64,
+)
+
+# ============================================================================================
+# values
+# ============================================================================================
+
+
+def test_embedding_looks_up_rows_scaled_by_sqrt_d_model():
+    emb = Embedding(10, 16, rng=np.random.default_rng(4))
+    ids = np.array([[1, 2, 3], [9, 0, 1]])
+    out = emb(ids)
+    assert out.shape == (2, 3, 16)
+    np.testing.assert_allclose(out, emb.params["W"][ids] * 4.0, rtol=1e-15)
+    np.testing.assert_array_equal(emb.cache["ids"], ids)
+
+
+def test_embedding_without_scale_is_a_plain_lookup():
+    emb = Embedding(5, 4, scale=False, rng=np.random.default_rng(5))
+    np.testing.assert_array_equal(emb(np.array([4, 4])), emb.params["W"][[4, 4]])
+
+
+def test_embedding_scaled_init_has_unit_variance():
+    emb = Embedding(2000, 64, rng=np.random.default_rng(6))
+    assert abs(emb(np.arange(2000)).var() - 1.0) < 0.05
+
+
+def test_embedding_does_not_modify_the_table():
+    emb = Embedding(5, 4, rng=np.random.default_rng(7))
+    W = emb.params["W"].copy()
+    emb(np.array([0, 1, 1]))
+    np.testing.assert_array_equal(emb.params["W"], W)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int64])
+def test_embedding_accepts_any_integer_dtype(dtype):
+    emb = Embedding(5, 4, rng=np.random.default_rng(0), dtype=np.float32)
+    out = emb(np.array([0, 4], dtype=dtype))
+    assert out.dtype == np.float32 and out.shape == (2, 4)
+
+
+# ============================================================================================
+# errors
+# ============================================================================================
+
+
+def test_embedding_id_errors():
+    emb = Embedding(10, 4, rng=0)
+    with pytest.raises(TypeError, match="ids must be an array of integer token ids.*float64"):
+        emb(np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"ids must be in \[0, vocab_size\) = \[0, 10\), got 10"):
+        emb(np.array([3, 10]))
+    with pytest.raises(ValueError, match="got -1"):
+        emb(np.array([[-1, 2]]))
+    with pytest.raises(TypeError, match="ids"):
+        emb(np.array([True, False]))
+
+
+# ============================================================================================
+# backward
+# ============================================================================================
+
+
+@pytest.mark.parametrize("scale", [True, False])
+def test_embedding_backward_accumulates_repeated_ids(rng, scale):
+    emb = Embedding(7, 4, scale=scale, rng=rng)
+    ids = np.array([[1, 3, 1, 6], [3, 3, 0, 1]])  # repeated ids, id 2, 4, 5 absent
+    gradcheck_layer(lambda i: emb(i), emb.backward, emb, [ids], rng)
+    assert np.all(emb.grads["W"][[2, 4, 5]] == 0)
+
+
+def test_tied_output_backward_matches_finite_differences(rng):
+    emb = Embedding(6, 4, rng=rng)
+    out = TiedOutput(emb)
+    out.params["b"] = rng.standard_normal(6)
+    h = rng.standard_normal((2, 3, 4))
+    gradcheck_layer(out, out.backward, out, [h], rng)
+    G = rng.standard_normal((2, 3, 6))
+    out(h)
+    out.backward(G)
+
+    def f():
+        return float(np.sum(G * out(h)))
+
+    assert relative_error(out.dW, numerical_gradient(f, emb.params["W"])) <= FD_TOL
+
+
+# ============================================================================================
+# reference (PyTorch)
+# ============================================================================================
+
+
+def test_embedding_grad_matches_torch(torch, rng):
+    emb = Embedding(9, 4, rng=rng)
+    te = torch.nn.Embedding(9, 4, dtype=torch.float64)
+    with torch.no_grad():
+        te.weight.copy_(to_torch64(emb.params["W"]))
+    ids = rng.integers(0, 9, (3, 5))
+    G = rng.standard_normal((3, 5, 4))
+    (te(torch.tensor(ids)) * math.sqrt(4) * to_torch64(G)).sum().backward()
+    emb(ids)
+    emb.backward(G)
+    assert_close_to_torch(emb.grads["W"], te.weight.grad, "Embedding.W", atol=TORCH_GRAD_TOL)

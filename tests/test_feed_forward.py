@@ -1,0 +1,136 @@
+"""feed_forward.py: the position-wise feed-forward network (two Linear layers, ReLU or GELU).
+
+Sections: values (the formula, the params view with dotted names, dtypes), errors, backward
+(against finite differences), reference (gradients against two torch.nn.Linear layers, in
+float64 and in float32).
+"""
+
+import numpy as np
+import pytest
+
+from transformer_np import FeedForward, gelu
+
+from helpers import (
+    TORCH_GRAD_TOL,
+    assert_close_to_torch,
+    gradcheck_layer,
+    load_linear,
+    to_torch64,
+)
+
+# ============================================================================================
+# values
+# ============================================================================================
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_feedforward_is_two_linears_with_activation(activation):
+    rng = np.random.default_rng(3)
+    ff = FeedForward(8, 32, activation=activation, rng=rng)
+    x = rng.standard_normal((2, 3, 8))
+    h = x @ ff.linear1.params["W"] + ff.linear1.params["b"]
+    a = np.maximum(h, 0) if activation == "relu" else gelu(h)
+    ref = a @ ff.linear2.params["W"] + ff.linear2.params["b"]
+    np.testing.assert_allclose(ff(x), ref, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(ff.cache["h"], h.reshape(6, 32), rtol=1e-14, atol=1e-15)
+
+
+def test_feedforward_params_view_has_dotted_names_and_writes_through():
+    ff = FeedForward(4, 8, rng=np.random.default_rng(0))
+    assert list(ff.params) == ["linear1.W", "linear1.b", "linear2.W", "linear2.b"]
+    assert ff.params["linear1.W"] is ff.linear1.params["W"]  # the same array, no copy
+    new = np.zeros((4, 8))
+    ff.params["linear1.W"] = new
+    assert ff.linear1.params["W"] is new
+    ff.params["linear2.W"][...] = 0.0  # in-place writes reach the layer too
+    ff.params["linear2.b"][...] = 5.0
+    np.testing.assert_array_equal(ff(np.ones((1, 4))), np.full((1, 4), 5.0))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_feedforward_keeps_dtype(dtype):
+    ff = FeedForward(4, 8, activation="gelu", rng=np.random.default_rng(0), dtype=dtype)
+    assert ff(np.ones((3, 4), dtype=dtype)).dtype == dtype
+
+
+# ============================================================================================
+# errors
+# ============================================================================================
+
+
+def test_feedforward_feature_size_error():
+    with pytest.raises(ValueError, match="x must have shape .* d_model = 4"):
+        FeedForward(4, 8, rng=0)(np.zeros((3, 5)))
+
+
+def test_feedforward_bad_activation():
+    with pytest.raises(ValueError, match='activation must be "relu" or "gelu"'):
+        FeedForward(4, 8, activation="tanh")
+
+
+# ============================================================================================
+# backward
+# ============================================================================================
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_feed_forward_backward_matches_finite_differences(rng, activation):
+    ff = FeedForward(5, 7, activation=activation, rng=rng)
+    x = rng.standard_normal((3, 4, 5))
+    gradcheck_layer(ff, ff.backward, ff, [x], rng)
+
+
+# ============================================================================================
+# reference (PyTorch)
+# ============================================================================================
+
+
+def test_feed_forward_grads_match_torch(torch, rng):
+    x = rng.standard_normal((3, 4, 6))
+    G = rng.standard_normal((3, 4, 6))
+    for act in ("relu", "gelu"):
+        ff = FeedForward(6, 10, activation=act, rng=rng)
+        t1 = torch.nn.Linear(6, 10, dtype=torch.float64)
+        t2 = torch.nn.Linear(10, 6, dtype=torch.float64)
+        load_linear(t1, ff.linear1)
+        load_linear(t2, ff.linear2)
+        xt = to_torch64(x, True)
+        ((t2(getattr(torch.nn.functional, act)(t1(xt)))) * to_torch64(G)).sum().backward()
+        ff(x)
+        assert_close_to_torch(
+            ff.backward(G), xt.grad, f"FeedForward({act}) dx", atol=TORCH_GRAD_TOL
+        )
+        assert_close_to_torch(
+            ff.grads["linear1.W"],
+            t1.weight.grad.T,
+            f"FeedForward({act}) linear1.W",
+            atol=TORCH_GRAD_TOL,
+        )
+        assert_close_to_torch(
+            ff.grads["linear2.b"],
+            t2.bias.grad,
+            f"FeedForward({act}) linear2.b",
+            atol=TORCH_GRAD_TOL,
+        )
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_float32_feed_forward_backward_matches_torch_float64(torch, rng, activation):
+    """The float32 path (GELU' read off the forward pass) is as accurate as float32 allows."""
+    ff = FeedForward(16, 64, activation=activation, rng=rng, dtype=np.float32)
+    x = (3 * rng.standard_normal((4, 9, 16))).astype(np.float32)
+    G = rng.standard_normal((4, 9, 16)).astype(np.float32)
+    t1 = torch.nn.Linear(16, 64, dtype=torch.float64)
+    t2 = torch.nn.Linear(64, 16, dtype=torch.float64)
+    load_linear(t1, ff.linear1)
+    load_linear(t2, ff.linear2)
+    xt = to_torch64(x, True)
+    (t2(getattr(torch.nn.functional, activation)(t1(xt))) * to_torch64(G)).sum().backward()
+    ff(x)
+    dx = ff.backward(G)
+    assert dx.dtype == np.float32 and ff.grads["linear1.W"].dtype == np.float32
+    for mine, ref in ((dx, xt.grad), (ff.grads["linear1.W"], t1.weight.grad.T)):
+        ref = ref.numpy()
+        err = np.abs(mine - ref).max() / np.abs(ref).max()
+        print(f"float32 {activation}: relative max error {err:.1e}")
+        assert err <= 1e-5

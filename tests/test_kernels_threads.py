@@ -1,0 +1,91 @@
+"""The thread pool of the kernels (``_kernels/threads.py``): parallel_for, split_range,
+num_threads and the BLAS thread limit inside the threaded kernels.
+
+Sections: values (every piece runs once, errors are re-raised, nested calls run inline, the
+environment variable sets the number of threads, BLAS threads are restored).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from transformer_np import scaled_dot_product_attention
+from transformer_np._kernels.threads import (
+    blas_single_threaded,
+    num_threads,
+    parallel_for,
+    split_range,
+)
+
+from helpers import random_qkv
+
+# ============================================================================================
+# values
+# ============================================================================================
+
+
+def test_parallel_for_runs_every_piece_once_and_reraises_errors():
+    seen = []
+    parallel_for(seen.append, range(11), threads=2)
+    assert sorted(seen) == list(range(11))
+
+    def fail_on_7(i):
+        if i == 7:
+            raise KeyError(i)
+
+    with pytest.raises(KeyError):
+        parallel_for(fail_on_7, range(11), threads=2)
+
+
+def test_parallel_for_nested_calls_run_inline():
+    cells = np.zeros((4, 4))
+
+    def row(i):
+        def cell(j):
+            cells[i, j] = 10 * i + j
+
+        parallel_for(cell, range(4), threads=2)
+
+    parallel_for(row, range(4), threads=2)
+    np.testing.assert_array_equal(cells, 10 * np.arange(4)[:, None] + np.arange(4))
+
+
+def test_split_range_covers_the_range_in_near_equal_parts():
+    for n in (1, 5, 10, 17):
+        for parts in (1, 2, 3, 8):
+            slices = split_range(n, parts)
+            sizes = [s.stop - s.start for s in slices]
+            assert [i for s in slices for i in range(s.start, s.stop)] == list(range(n))
+            assert max(sizes) - min(sizes) <= 1
+
+
+def test_num_threads_reads_the_environment(monkeypatch):
+    monkeypatch.setenv("TRANSFORMER_NP_NUM_THREADS", "1")
+    assert num_threads() == 1
+    monkeypatch.setenv("TRANSFORMER_NP_NUM_THREADS", "zero")
+    with pytest.raises(ValueError, match="TRANSFORMER_NP_NUM_THREADS"):
+        num_threads()
+    monkeypatch.delenv("TRANSFORMER_NP_NUM_THREADS")
+    assert num_threads() >= 1
+
+
+def test_blas_threads_are_restored_after_the_fast_path():
+    from threadpoolctl import threadpool_info
+
+    def blas_threads():
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    before = blas_threads()
+    if not before:
+        pytest.skip("no BLAS known to threadpoolctl")
+    rng = np.random.default_rng(7)
+    q, k, v = random_qkv(rng, (4, 512, 16), (4, 512, 16), dtype=np.float32)
+    scaled_dot_product_attention(q, k, v)
+    assert blas_threads() == before
+    with blas_single_threaded():
+        assert set(blas_threads()) == {1}
+        with blas_single_threaded():  # nested: still one thread, restored by the outer exit
+            pass
+        assert set(blas_threads()) == {1}
+    assert blas_threads() == before

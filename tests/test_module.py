@@ -1,0 +1,57 @@
+"""module.py: what every layer shares (the Module base and its NestedParams view).
+
+Sections: values (NestedParams, the live view of sub-layers' parameters with dotted names),
+errors (a backward pass before any forward pass names the layer, block or model). The
+behaviour of particular layers is tested in the test file of their module.
+"""
+
+import numpy as np
+import pytest
+
+from transformer_np import DecoderBlock, EncoderBlock, LayerNorm, Linear, MultiHeadAttention
+from transformer_np.module import NestedParams
+
+from helpers import small_language_model
+
+# ============================================================================================
+# values
+# ============================================================================================
+
+
+def test_nested_params_nest_and_reject_unknown_keys():
+    inner = NestedParams({"a": Linear(2, 2, rng=np.random.default_rng(0))})
+
+    class Holder:
+        params = inner
+
+    outer = NestedParams({"x": Holder, "ln": LayerNorm(2)})
+    assert list(outer) == ["x.a.W", "x.a.b", "ln.gamma", "ln.beta"]
+    assert len(outer) == 4
+    with pytest.raises(KeyError):
+        outer["x.a.nope"] = np.zeros(2)
+    with pytest.raises(KeyError):
+        outer["nope.W"]
+    with pytest.raises(TypeError):
+        del outer["ln.gamma"]
+
+
+# ============================================================================================
+# errors
+# ============================================================================================
+
+
+def test_backward_before_forward_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="before a forward pass"):
+        Linear(2, 3).backward(np.ones((1, 3)))
+    with pytest.raises(RuntimeError, match="before a forward pass"):
+        MultiHeadAttention(4, 2).backward(np.ones((1, 2, 4)))
+
+
+def test_backward_before_forward_names_the_model_or_block():
+    lm = small_language_model(d_model=8, max_len=6, dtype="float64")
+    with pytest.raises(RuntimeError, match="LanguageModel.backward was called before a forward"):
+        lm.backward(np.zeros((1, 3, 10)))
+    with pytest.raises(RuntimeError, match="EncoderBlock.backward was called before a forward"):
+        EncoderBlock(8, 2, 16, rng=0).backward(np.ones((1, 3, 8)))
+    with pytest.raises(RuntimeError, match="DecoderBlock.backward was called before a forward"):
+        DecoderBlock(8, 2, 16, rng=0).backward(np.ones((1, 3, 8)))
