@@ -96,7 +96,9 @@ def parameter_snapshot(model):
 def assert_parameters_unchanged(model, before):
     """Every parameter of ``model`` still equals its ``parameter_snapshot`` ``before``."""
     after = model.parameters()
-    assert all(np.array_equal(after[k], before[k]) for k in before)
+    assert set(after) == set(before)
+    for k, v in before.items():
+        np.testing.assert_array_equal(after[k], v, err_msg=k)
 
 
 # ============================================================================================

@@ -21,6 +21,8 @@ from transformer_np.model import LanguageModel, LanguageModelConfig
 from transformer_np.optim import Adam
 from transformer_np.train import TrainingDiverged, fit, train_step
 
+from helpers import assert_parameters_unchanged, parameter_snapshot
+
 
 def tiny_lm(**kw):
     """A float32 language model of 6 tokens, small enough for 60 steps in a test."""
@@ -51,15 +53,6 @@ def run_fit(lm=None, **kwargs):
     args = {"steps": 2, "optimizer": Adam(lm.parameters()), "progress": False}
     args.update(kwargs)
     return fit(lm, lambda step: BATCH, **args)
-
-
-def snapshot(model):
-    return {k: v.copy() for k, v in model.parameters().items()}
-
-
-def assert_unchanged(model, before):
-    for k, v in model.parameters().items():
-        np.testing.assert_array_equal(v, before[k], err_msg=k)
 
 
 class Terminal(io.StringIO):
@@ -234,11 +227,11 @@ def test_demo_command_lines_run_and_save_a_checkpoint(module, tmp_path, capsys):
 def test_train_step_refuses_an_optimizer_of_another_model():
     lm, other = float64_lm(0), float64_lm(1)
     opt = Adam(other.parameters(), lr=0.1)
-    lm_before, other_before = snapshot(lm), snapshot(other)
+    lm_before, other_before = parameter_snapshot(lm), parameter_snapshot(other)
     with pytest.raises(ValueError, match=r"optimizer was not built on this model's parameters"):
         train_step(lm, BATCH, opt)
-    assert_unchanged(lm, lm_before)
-    assert_unchanged(other, other_before)
+    assert_parameters_unchanged(lm, lm_before)
+    assert_parameters_unchanged(other, other_before)
     assert opt.t == 0
 
 
@@ -271,10 +264,10 @@ def test_train_step_refuses_something_that_is_not_an_optimizer():
 def test_train_step_bad_arguments(kwargs, error, message):
     lm = float64_lm()
     opt = Adam(lm.parameters())
-    before = snapshot(lm)
+    before = parameter_snapshot(lm)
     with pytest.raises(error, match=message):
         train_step(lm, BATCH, opt, **kwargs)
-    assert_unchanged(lm, before)
+    assert_parameters_unchanged(lm, before)
     assert opt.t == 0
 
 
@@ -331,10 +324,10 @@ def test_fit_rejects_bad_arguments():
 def test_fit_bad_arguments_fail_before_training(kwargs, error, message):
     lm = float64_lm()
     opt = Adam(lm.parameters())
-    before = snapshot(lm)
+    before = parameter_snapshot(lm)
     with pytest.raises(error, match=message):
         run_fit(lm, optimizer=opt, **kwargs)
-    assert_unchanged(lm, before)
+    assert_parameters_unchanged(lm, before)
     assert opt.t == 0
 
 
@@ -473,10 +466,10 @@ def test_huge_learning_rate_diverges_and_keeps_the_last_finite_parameters(tmp_pa
     parameters of the last finite step (all finite) and save nothing."""
     model = tiny_lm(norm_first=False)
     opt = Adam(model.parameters(), lr=1e5)
-    finished = {"step": 0, "params": snapshot(model)}
+    finished = {"step": 0, "params": parameter_snapshot(model)}
 
     def remember(step, history):  # called after every step that ended well
-        finished["step"], finished["params"] = step, snapshot(model)
+        finished["step"], finished["params"] = step, parameter_snapshot(model)
 
     path = tmp_path / "model.npz"
     with pytest.raises(TrainingDiverged, match=r"the gradient norm is inf") as diverged:
