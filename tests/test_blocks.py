@@ -1,10 +1,10 @@
 """blocks.py: the encoder block and the decoder block, post-LN and pre-LN.
 
 Sections: values (built from the package's layers, the post-LN and pre-LN formulas, masks,
-dtypes, and the properties the chapters state, with hypothesis), errors (bad arguments, input
-and memory), backward (against finite differences), reference (outputs and gradients against
-torch.nn.TransformerEncoderLayer and TransformerDecoderLayer). Stacks of blocks are tested in
-test_stacks.py.
+dtypes, where dropout sits, and the properties the chapters state, with hypothesis), errors
+(bad arguments, input and memory), backward (against finite differences), reference (outputs
+and gradients against torch.nn.TransformerEncoderLayer and TransformerDecoderLayer). Stacks of
+blocks are tested in test_stacks.py.
 """
 
 import numpy as np
@@ -134,6 +134,61 @@ def test_encoder_block_with_zero_dropout_in_training_mode_equals_evaluation_mode
         training = EncoderBlock(16, 4, 32, norm_first=norm_first, dropout=0.0, rng=1).train()
         block = EncoderBlock(16, 4, 32, norm_first=norm_first, rng=1)
         np.testing.assert_array_equal(training(x), block(x))
+
+
+def kept_dropout_mask(drop, shape):
+    """The scaled mask a training-mode Dropout applied at its last call (0 or 1/(1-p)),
+    checked to be a real one: the shape of the sublayer output, with zeros and kept values."""
+    m = drop.cache
+    assert m is not None and m.shape == shape
+    assert set(np.unique(m).tolist()) == {0.0, 1 / (1 - drop.p)}
+    return m
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_block_dropout_sits_on_sublayer_outputs(norm_first):
+    # encoder: dropout on the attention output and on the feed-forward output, before each sum
+    block, rng = encoder_block_with_random_biases(norm_first=norm_first, dropout=0.3)
+    block.train()
+    x = rng.standard_normal((2, 5, 16))
+    mask = padding_mask([5, 3])
+    y = block(x, mask=mask)
+    m1, m2 = (kept_dropout_mask(d, x.shape) for d in (block.drop1, block.drop2))
+    if norm_first:
+        a, _ = block.attn(block.norm1(x), mask=mask)
+        h = x + m1 * a
+        ref = h + m2 * block.ff(block.norm2(h))
+    else:
+        a, _ = block.attn(x, mask=mask)
+        h = block.norm1(x + m1 * a)
+        ref = block.norm2(h + m2 * block.ff(h))
+    np.testing.assert_allclose(y, ref, rtol=1e-14, atol=1e-14)
+    assert not np.allclose(y, block.eval()(x, mask=mask))  # the masks did change the output
+    assert block.drop1.cache is None and block.drop2.cache is None  # eval: no mask
+
+    # decoder: the same on its three sublayers (self-attention, cross-attention, feed-forward)
+    rng = np.random.default_rng(1)
+    dec = DecoderBlock(16, 4, 32, norm_first=norm_first, dropout=0.3, rng=rng).train()
+    randomise_biases(dec.params, rng, scale=0.1)
+    x, memory = rng.standard_normal((2, 5, 16)), rng.standard_normal((2, 7, 16))
+    self_mask, memory_mask = causal_mask(5) & padding_mask([5, 4]), padding_mask([7, 3])
+    y = dec(x, memory, self_mask, memory_mask)
+    m1, m2, m3 = (kept_dropout_mask(d, x.shape) for d in (dec.drop1, dec.drop2, dec.drop3))
+    if norm_first:  # the memory is not normalised
+        a, _ = dec.self_attn(dec.norm1(x), mask=self_mask)
+        h = x + m1 * a
+        c, _ = dec.cross_attn(dec.norm2(h), memory, memory_mask)
+        h2 = h + m2 * c
+        ref = h2 + m3 * dec.ff(dec.norm3(h2))
+    else:
+        a, _ = dec.self_attn(x, mask=self_mask)
+        h = dec.norm1(x + m1 * a)
+        c, _ = dec.cross_attn(h, memory, memory_mask)
+        h2 = dec.norm2(h + m2 * c)
+        ref = dec.norm3(h2 + m3 * dec.ff(h2))
+    np.testing.assert_allclose(y, ref, rtol=1e-14, atol=1e-14)
+    assert not np.allclose(y, dec.eval()(x, memory, self_mask, memory_mask))
+    assert all(d.cache is None for d in (dec.drop1, dec.drop2, dec.drop3))
 
 
 def test_stacked_encoder_blocks_keep_the_shape_and_stay_finite():
@@ -308,6 +363,54 @@ def test_encoder_block_with_causal_mask_matches_torch(torch, dtype):
     with torch.no_grad():
         ref_y = ref(to_torch(x), src_mask=to_torch(~causal_mask(5))).numpy()
     assert_close_to_torch(y, ref_y, "EncoderBlock causal", atol=TORCH_FORWARD_TOL[dtype])
+
+
+def torch_decoder_layer_like(torch, block, dtype):
+    """torch.nn.TransformerDecoderLayer with the sizes and weights of our DecoderBlock."""
+    ref = torch.nn.TransformerDecoderLayer(
+        block.d_model,
+        block.n_heads,
+        dim_feedforward=block.d_ff,
+        dropout=0.0,
+        activation=block.ff.activation,
+        layer_norm_eps=block.norm1.eps,
+        batch_first=True,
+        norm_first=block.norm_first,
+        dtype=torch_dtype(dtype),
+    )
+    load_decoder_layer(ref, block)
+    return ref.train()  # dropout 0: the plain computation, no fused fast path
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_decoder_block_matches_torch_transformer_decoder_layer(
+    torch, dtype, norm_first, activation
+):
+    rng = np.random.default_rng(12)
+    block = DecoderBlock(
+        32, 4, 64, norm_first=norm_first, activation=activation, rng=rng, dtype=dtype
+    )
+    randomise_biases(block.params, rng, scale=0.1)
+    ref = torch_decoder_layer_like(torch, block, dtype)
+    x = rng.standard_normal((3, 5, 32)).astype(dtype)  # T = 5 target positions
+    memory = rng.standard_normal((3, 7, 32)).astype(dtype)  # S = 7 source positions
+    tgt_pad, src_pad = padding_mask([5, 3, 4]), padding_mask([7, 2, 5])
+    y = block(x, memory, self_mask=causal_mask(5) & tgt_pad, memory_mask=src_pad)
+    assert y.dtype == dtype
+    assert block.cross_attention_weights.shape == (3, 4, 5, 7)
+    with torch.no_grad():
+        ref_y = ref(
+            to_torch(x),
+            to_torch(memory),
+            tgt_mask=to_torch_blocked(causal_mask(5)),
+            tgt_key_padding_mask=to_torch_blocked(tgt_pad[:, 0, 0]),
+            memory_key_padding_mask=to_torch_blocked(src_pad[:, 0, 0]),
+        ).numpy()
+    assert_close_to_torch(
+        y, ref_y, f"DecoderBlock({norm_first=}, {activation})", atol=TORCH_FORWARD_TOL[dtype]
+    )
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

@@ -2,8 +2,8 @@
 
 Sections: values (the lookup scaled by sqrt(d_model), initialisation, dtypes), errors (bad
 token ids), backward (against finite differences, repeated ids accumulate; the tied layer's
-share of the shared matrix), reference (the gradient against torch.nn.Embedding). Weight tying
-in a whole model is tested in test_model.py.
+share of the shared matrix), reference (both layers' outputs and the gradient against
+torch.nn.Embedding). Weight tying in a whole model is tested in test_model.py.
 """
 
 import math
@@ -15,12 +15,15 @@ from transformer_np import Embedding, TiedOutput
 
 from helpers import (
     FD_TOL,
+    TORCH_FORWARD_TOL,
     TORCH_GRAD_TOL,
     assert_close_to_torch,
     gradcheck_layer,
     numerical_gradient,
     relative_error,
+    to_torch,
     to_torch64,
+    torch_dtype,
 )
 
 # ============================================================================================
@@ -123,3 +126,41 @@ def test_embedding_grad_matches_torch(torch, rng):
     emb(ids)
     emb.backward(G)
     assert_close_to_torch(emb.grads["W"], te.weight.grad, "Embedding.W", atol=TORCH_GRAD_TOL)
+
+
+def torch_embedding_like(torch, emb, dtype):
+    """torch.nn.Embedding with the size and table of our Embedding."""
+    te = torch.nn.Embedding(emb.vocab_size, emb.d_model, dtype=torch_dtype(dtype))
+    with torch.no_grad():
+        te.weight.copy_(to_torch(emb.params["W"]))
+    return te
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("scale", [True, False], ids=["scaled", "unscaled"])
+def test_embedding_forward_matches_torch_embedding(torch, dtype, scale):
+    rng = np.random.default_rng(14)
+    emb = Embedding(11, 12, scale=scale, rng=rng, dtype=dtype)  # sqrt(12): not exact
+    te = torch_embedding_like(torch, emb, dtype)
+    ids = rng.integers(0, 11, (3, 7))  # repeated ids, as in real text
+    out = emb(ids)
+    assert out.shape == (3, 7, 12) and out.dtype == dtype
+    with torch.no_grad():
+        ref = te(torch.tensor(ids))
+        ref = (ref * math.sqrt(12) if scale else ref).numpy()
+    assert_close_to_torch(out, ref, f"Embedding({scale=})", atol=TORCH_FORWARD_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tied_output_forward_matches_torch_linear_with_the_embedding_table(torch, dtype):
+    rng = np.random.default_rng(15)
+    emb = Embedding(11, 16, rng=rng, dtype=dtype)
+    out = TiedOutput(emb)
+    out.params["b"] = (0.1 * rng.standard_normal(11)).astype(dtype)
+    te = torch_embedding_like(torch, emb, dtype)
+    h = rng.standard_normal((3, 7, 16)).astype(dtype)
+    logits = out(h)
+    assert logits.shape == (3, 7, 11) and logits.dtype == dtype
+    with torch.no_grad():
+        ref = torch.nn.functional.linear(to_torch(h), te.weight, to_torch(out.params["b"]))
+    assert_close_to_torch(logits, ref.numpy(), "TiedOutput", atol=TORCH_FORWARD_TOL[dtype])

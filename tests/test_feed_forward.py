@@ -1,8 +1,8 @@
 """feed_forward.py: the position-wise feed-forward network (two Linear layers, ReLU or GELU).
 
 Sections: values (the formula, the params view with dotted names, dtypes), errors, backward
-(against finite differences), reference (gradients against two torch.nn.Linear layers, in
-float64 and in float32).
+(against finite differences), reference (the output against torch.nn.Linear, ReLU/GELU,
+Linear; gradients against two torch.nn.Linear layers, in float64 and in float32).
 """
 
 import numpy as np
@@ -11,11 +11,14 @@ import pytest
 from transformer_np import FeedForward, gelu
 
 from helpers import (
+    TORCH_FORWARD_TOL,
     TORCH_GRAD_TOL,
     assert_close_to_torch,
     gradcheck_layer,
     load_linear,
+    to_torch,
     to_torch64,
+    torch_dtype,
 )
 
 # ============================================================================================
@@ -83,6 +86,26 @@ def test_feed_forward_backward_matches_finite_differences(rng, activation):
 # ============================================================================================
 # reference (PyTorch)
 # ============================================================================================
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_feed_forward_forward_matches_torch(torch, dtype, activation):
+    rng = np.random.default_rng(13)
+    ff = FeedForward(16, 64, activation=activation, rng=rng, dtype=dtype)
+    tdt = torch_dtype(dtype)
+    act = torch.nn.ReLU() if activation == "relu" else torch.nn.GELU(approximate="none")
+    ref = torch.nn.Sequential(
+        torch.nn.Linear(16, 64, dtype=tdt), act, torch.nn.Linear(64, 16, dtype=tdt)
+    )
+    load_linear(ref[0], ff.linear1)
+    load_linear(ref[2], ff.linear2)
+    x = (2 * rng.standard_normal((3, 7, 16))).astype(dtype)  # hidden values on both sides of 0
+    y = ff(x)
+    assert y.dtype == dtype
+    with torch.no_grad():
+        ref_y = ref(to_torch(x)).numpy()
+    assert_close_to_torch(y, ref_y, f"FeedForward({activation})", atol=TORCH_FORWARD_TOL[dtype])
 
 
 def test_feed_forward_grads_match_torch(torch, rng):

@@ -109,6 +109,30 @@ def test_layernorm_float32_in_float32_out():
     assert y.dtype == np.float32
 
 
+# ------------------------------------------------------------------ Dropout
+
+
+def test_dropout_keeps_the_mean_and_scales_kept_values():
+    p = 0.1
+    drop = Dropout(p, rng=np.random.default_rng(8)).train()
+    x = np.ones(1_000_000)
+    y = drop(x)
+    kept = y != 0
+    # inverted dropout: a kept value is x / (1 - p), exactly; the others are exactly 0
+    np.testing.assert_array_equal(y[kept], np.float64(1 / (1 - p)))
+    np.testing.assert_array_equal(drop.cache, y)  # the cache is the scaled mask (x is ones)
+    assert abs((~kept).mean() - p) <= 0.002  # std of the fraction: sqrt(p (1 - p) / n) = 3e-4
+    assert abs(y.mean() - 1.0) <= 0.002  # E[y] = x
+    # the backward pass multiplies by the same (scaled) mask
+    g = np.random.default_rng(9).standard_normal(x.shape)
+    np.testing.assert_array_equal(drop.backward(g), g * y)
+    # evaluation mode: the identity, forward and backward
+    drop.eval()
+    np.testing.assert_array_equal(drop(x), x)
+    assert drop.cache is None
+    np.testing.assert_array_equal(drop.backward(g), g)
+
+
 # ============================================================================================
 # errors
 # ============================================================================================
