@@ -100,7 +100,7 @@ def run(tree: Path, args: list[str], out_dir: Path) -> str:
     )
     if proc.returncode != 0:
         raise RuntimeError(f"{args[0]} failed at {tree}:\n{proc.stdout}\n{proc.stderr}")
-    return proc.stdout
+    return proc.stdout + proc.stderr  # some scripts report progress on stderr
 
 
 def main(argv=None) -> None:
