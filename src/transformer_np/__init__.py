@@ -17,7 +17,8 @@ The public API, re-exported from the modules that define it:
 * :mod:`~transformer_np.stacks` -- Encoder, Decoder
 * :mod:`~transformer_np.model` -- Transformer, LanguageModel
 * :mod:`~transformer_np.losses` -- cross_entropy, CrossEntropyLoss
-* :mod:`~transformer_np.optim` -- Adam, NoamSchedule, noam_lr, clip_grad_norm
+* :mod:`~transformer_np.optim` -- Adam, clip_grad_norm
+* :mod:`~transformer_np.schedule` -- noam_lr, NoamSchedule
 * :mod:`~transformer_np.train` -- train_step, fit, TrainingDiverged
 * :mod:`~transformer_np.checkpoints` -- save_model, load_model
 * :mod:`~transformer_np.decoding` -- generate, translate, sample_next
@@ -48,8 +49,9 @@ from .losses import CrossEntropyLoss, cross_entropy
 from .model import LanguageModel, Transformer
 from .module import Module
 from .multi_head import KVCache, MultiHeadAttention, merge_heads, split_heads
-from .optim import Adam, NoamSchedule, clip_grad_norm, noam_lr
+from .optim import Adam, clip_grad_norm
 from .positional import positional_encoding, positional_offset_matrix
+from .schedule import NoamSchedule, noam_lr
 from .stacks import Decoder, Encoder
 from .train import TrainingDiverged, fit, train_step
 

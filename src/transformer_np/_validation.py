@@ -7,6 +7,7 @@ expected and shows what was received, instead of an obscure NumPy traceback or a
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -27,7 +28,11 @@ __all__ = [
     "check_rng",
     "compute_dtype",
     "first_index",
+    "check_positive_number",
+    "check_step",
+    "real_scalar",
     "shape_str",
+    "type_name",
 ]
 
 
@@ -213,3 +218,46 @@ def check_broadcastable(shape, target, name: str, target_desc: str) -> None:
             f"{name} of shape {shape_str(shape)} does not broadcast to {target_desc} "
             f"{shape_str(target)}"
         )
+
+
+def type_name(value) -> str:
+    """The type's name of ``value``, for messages."""
+    return type(value).__name__
+
+
+def real_scalar(value):
+    """``value`` as a Python float if it is a real number (0-d real arrays too), else None.
+
+    ``bool`` and strings are not numbers here: ``lr="0.1"`` or ``eps=True`` are caller bugs.
+    """
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "fiu":
+        return float(value)
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
+
+
+def check_positive_number(name, value, hint=""):
+    """Return ``value`` as a float if it is a real number > 0 and finite, else ValueError.
+
+    The optimiser's hyperparameters have always raised ValueError (also for a string or None),
+    and the message shows the type so that ``"0.1"`` and ``0.1`` are told apart.
+    """
+    number = real_scalar(value)
+    if number is None or not math.isfinite(number) or number <= 0:
+        raise ValueError(
+            f"{name} must be a positive finite number{hint}, got {value!r} ({type_name(value)})"
+        )
+    return number
+
+
+def check_step(step) -> int:
+    """Return ``step`` as an int if it is an integer >= 1 (NumPy integers too), else raise."""
+    if isinstance(step, bool | np.bool_) or not isinstance(step, numbers.Integral):
+        raise ValueError(
+            "step must be a positive integer (optimiser steps are counted from 1), "
+            f"got {step!r} ({type_name(step)})"
+        )
+    if step < 1:
+        raise ValueError(f"step must be >= 1 (steps are counted from 1), got {step}")
+    return int(step)

@@ -1,4 +1,4 @@
-"""Optimisation: Adam, the warm-up schedule of the paper ("Noam"), clipping by global norm.
+"""Optimisation: Adam and clipping by global norm (the warm-up schedule is in schedule.py).
 
 Parameters and gradients are plain dicts ``name -> ndarray`` with the same keys (what
 ``model.parameters()`` and ``model.gradients()`` return). Adam updates the parameter arrays in
@@ -13,140 +13,18 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ._validation import as_typed_array, check_finite, shape_str
+from ._validation import (
+    as_typed_array,
+    check_finite,
+    check_positive_number,
+    check_step,
+    real_scalar,
+    shape_str,
+    type_name,
+)
+from .schedule import NoamSchedule, noam_lr  # re-exported: transformer_np.optim.noam_lr
 
 __all__ = ["Adam", "NoamSchedule", "noam_lr", "clip_grad_norm", "global_norm"]
-
-
-def _type_name(value) -> str:
-    return type(value).__name__
-
-
-def _real_scalar(value):
-    """``value`` as a Python float if it is a real number (0-d real arrays too), else None.
-
-    ``bool`` and strings are not numbers here: ``lr="0.1"`` or ``eps=True`` are caller bugs.
-    """
-    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.kind in "fiu":
-        return float(value)
-    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
-        return None
-    return float(value)
-
-
-def _check_positive(name, value, hint=""):
-    """Return ``value`` as a float if it is a real number > 0 and finite, else ValueError.
-
-    The optimiser's hyperparameters have always raised ValueError (also for a string or None),
-    and the message shows the type so that ``"0.1"`` and ``0.1`` are told apart.
-    """
-    number = _real_scalar(value)
-    if number is None or not math.isfinite(number) or number <= 0:
-        raise ValueError(
-            f"{name} must be a positive finite number{hint}, got {value!r} ({_type_name(value)})"
-        )
-    return number
-
-
-def _check_step(step) -> int:
-    """Return ``step`` as an int if it is an integer >= 1 (NumPy integers too), else raise."""
-    if isinstance(step, bool | np.bool_) or not isinstance(step, numbers.Integral):
-        raise ValueError(
-            "step must be a positive integer (optimiser steps are counted from 1), "
-            f"got {step!r} ({_type_name(step)})"
-        )
-    if step < 1:
-        raise ValueError(f"step must be >= 1 (steps are counted from 1), got {step}")
-    return int(step)
-
-
-def noam_lr(step, d_model, warmup_steps=4000, factor=1.0):
-    """Learning rate of the original Transformer at a given step.
-
-    Parameters
-    ----------
-    step : int
-        Optimiser step, counted from 1.
-    d_model : int
-        Model width; larger models get smaller rates.
-    warmup_steps : int
-        Length of the linear warm-up (4000 in the paper).
-    factor : float
-        Overall multiplier (1.0 in the paper; small models like larger values).
-
-    Returns
-    -------
-    float
-
-    Notes
-    -----
-    .. math:: \\mathit{lrate} = \\mathit{factor} \\cdot d_{\\text{model}}^{-0.5} \\cdot
-              \\min(\\mathit{step}^{-0.5},\\ \\mathit{step} \\cdot \\mathit{warmup}^{-1.5})
-
-    It grows linearly for ``warmup_steps`` steps, peaks at
-    ``factor / sqrt(d_model * warmup_steps)``, then decays like ``1 / sqrt(step)``.
-
-    Raises
-    ------
-    ValueError
-        If ``step`` is not an integer >= 1 (a float, a bool or a string is refused: the schedule
-        is evaluated at the optimiser's step count), or if ``d_model``, ``warmup_steps`` or
-        ``factor`` is not a positive finite number.
-
-    Examples
-    --------
-    >>> round(noam_lr(4000, d_model=512), 6)
-    0.000699
-    """
-    step = _check_step(step)
-    d_model = _check_positive("d_model", d_model)
-    warmup_steps = _check_positive("warmup_steps", warmup_steps)
-    factor = _check_positive("factor", factor)
-    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
-
-
-class NoamSchedule:
-    """The paper's warm-up schedule as a callable ``step -> lr`` (see :func:`noam_lr`).
-
-    Parameters
-    ----------
-    d_model : int
-        Model width; larger models get smaller rates.
-    warmup_steps : int
-        Length of the linear warm-up (4000 in the paper).
-    factor : float
-        Overall multiplier (1.0 in the paper; small models like larger values).
-
-    Raises
-    ------
-    ValueError
-        If ``d_model``, ``warmup_steps`` or ``factor`` is not a positive finite number (checked
-        here, not at the first step).
-
-    Examples
-    --------
-    >>> sched = NoamSchedule(d_model=64, warmup_steps=100, factor=1.0)
-    >>> sched(1) < sched(100) > sched(1000)
-    True
-    """
-
-    def __init__(self, d_model, warmup_steps=4000, factor=1.0):
-        # checked here, so that a bad value fails at construction and not at the first step
-        _check_positive("d_model", d_model)
-        _check_positive("warmup_steps", warmup_steps)
-        _check_positive("factor", factor)
-        self.d_model = d_model
-        self.warmup_steps = warmup_steps
-        self.factor = factor
-
-    def __call__(self, step):
-        return noam_lr(step, self.d_model, self.warmup_steps, self.factor)
-
-    def __repr__(self):
-        return (
-            f"NoamSchedule(d_model={self.d_model}, warmup_steps={self.warmup_steps}, "
-            f"factor={self.factor})"
-        )
 
 
 def _grad_arrays(grads, name="grads", *, in_place=False):
@@ -159,14 +37,14 @@ def _grad_arrays(grads, name="grads", *, in_place=False):
     if not isinstance(grads, Mapping):
         raise TypeError(
             f"{name} must be a dict name -> ndarray (as model.gradients() returns), "
-            f"got {_type_name(grads)}"
+            f"got {type_name(grads)}"
         )
     arrays = {}
     for key, g in grads.items():
         what = f"{name}[{key!r}]"
         if in_place:
             if not isinstance(g, np.ndarray) or g.dtype.kind != "f":
-                got = f"dtype {g.dtype}" if isinstance(g, np.ndarray) else _type_name(g)
+                got = f"dtype {g.dtype}" if isinstance(g, np.ndarray) else type_name(g)
                 raise TypeError(
                     f"{what} must be a floating-point ndarray (it is scaled in place), got {got}"
                 )
@@ -247,7 +125,7 @@ def clip_grad_norm(grads, max_norm):
     >>> clip_grad_norm(g, 1.0), g["w"].round(3).tolist()
     (5.0, [0.6, 0.8])
     """
-    max_norm = _check_positive("max_norm", max_norm)
+    max_norm = check_positive_number("max_norm", max_norm)
     arrays = _grad_arrays(grads, in_place=True)
     norm = global_norm(arrays)
     if math.isfinite(norm) and norm > max_norm:
@@ -316,14 +194,14 @@ class Adam:
             if not isinstance(p, np.ndarray) or not np.issubdtype(p.dtype, np.floating):
                 raise TypeError(f"parameter {name!r} must be a floating-point ndarray")
         if not callable(lr):
-            _check_positive("lr", lr, " (or a schedule step -> lr)")
+            check_positive_number("lr", lr, " (or a schedule step -> lr)")
         b1, b2 = self._check_betas(betas)
-        eps = _check_positive("eps", eps)
-        wd = _real_scalar(weight_decay)
+        eps = check_positive_number("eps", eps)
+        wd = real_scalar(weight_decay)
         if wd is None or not math.isfinite(wd) or wd < 0:
             raise ValueError(
                 "weight_decay must be a finite number >= 0 (0 turns it off), "
-                f"got {weight_decay!r} ({_type_name(weight_decay)})"
+                f"got {weight_decay!r} ({type_name(weight_decay)})"
             )
         self.params = params
         self.lr = lr
@@ -353,7 +231,7 @@ class Adam:
         ):
             raise TypeError(
                 f"betas must be a pair (beta1, beta2) of numbers in [0, 1), "
-                f"got {betas!r} ({_type_name(betas)})"
+                f"got {betas!r} ({type_name(betas)})"
             )
         if len(betas) != 2:
             raise ValueError(
@@ -362,10 +240,10 @@ class Adam:
             )
         out = []
         for i, b in enumerate(betas):
-            number = _real_scalar(b)
+            number = real_scalar(b)
             if number is None or not 0.0 <= number < 1.0:  # NaN fails the comparison too
                 raise ValueError(
-                    f"betas[{i}] must be a number in [0, 1), got {b!r} ({_type_name(b)})"
+                    f"betas[{i}] must be a number in [0, 1), got {b!r} ({type_name(b)})"
                 )
             out.append(number)
         return tuple(out)
@@ -388,11 +266,13 @@ class Adam:
             If ``step`` is not an integer >= 1, or the schedule returns something other than a
             positive finite number.
         """
-        step = self.t + 1 if step is None else _check_step(step)
+        step = self.t + 1 if step is None else check_step(step)
         if not callable(self.lr):
-            return _check_positive("lr", self.lr)
+            return check_positive_number("lr", self.lr)
         lr = self.lr(step)
-        return _check_positive("lr", lr, f" (returned by the schedule {self.lr!r} at step {step})")
+        return check_positive_number(
+            "lr", lr, f" (returned by the schedule {self.lr!r} at step {step})"
+        )
 
     def check_holds(self, params) -> None:
         """Raise ValueError unless ``params`` are the very arrays this optimiser updates.
@@ -422,7 +302,7 @@ class Adam:
         ValueError: optimizer was not built on this model's parameters: 1 of 1 arrays (first 'x')...
         """
         if not isinstance(params, Mapping):
-            problem = f"the parameters must be a dict name -> ndarray, got {_type_name(params)}"
+            problem = f"the parameters must be a dict name -> ndarray, got {type_name(params)}"
         elif set(params) != set(self._names):
             missing = sorted(set(params) - set(self._names))
             extra = sorted(set(self._names) - set(params))
@@ -453,7 +333,7 @@ class Adam:
         if not isinstance(grads, Mapping):
             raise TypeError(
                 f"grads must be a dict name -> ndarray with the keys of params, "
-                f"got {_type_name(grads)}"
+                f"got {type_name(grads)}"
             )
         if set(grads) != set(self._names):
             missing = sorted(set(self._names) - set(grads))
@@ -516,11 +396,11 @@ class Adam:
         if lr is None:
             lr = self.current_lr()
         elif callable(lr):
-            lr = _check_positive(
+            lr = check_positive_number(
                 "lr", lr(self.t + 1), f" (returned by the schedule {lr!r} at step {self.t + 1})"
             )
         else:
-            lr = _check_positive("lr", lr, " (or a schedule step -> lr)")
+            lr = check_positive_number("lr", lr, " (or a schedule step -> lr)")
         self.t += 1
         b1, b2 = self.betas
         m, v, tmp = self.m, self.v, self._update
@@ -572,7 +452,7 @@ class Adam:
         if not isinstance(state, Mapping):
             raise TypeError(
                 f"state must be a dict with keys 'm', 'v' and 't' (what state_dict() returns), "
-                f"got {_type_name(state)}"
+                f"got {type_name(state)}"
             )
         missing = sorted({"m", "v", "t"} - set(state))
         extra = sorted(set(state) - {"m", "v", "t"}, key=str)
@@ -605,7 +485,7 @@ class Adam:
         if isinstance(t, bool | np.bool_) or not isinstance(t, numbers.Integral) or t < 0:
             raise ValueError(
                 f"state['t'] must be an integer >= 0 (the number of steps taken), "
-                f"got {state['t']!r} ({_type_name(state['t'])})"
+                f"got {state['t']!r} ({type_name(state['t'])})"
             )
         self.m[...] = new["m"]
         self.v[...] = new["v"]

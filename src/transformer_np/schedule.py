@@ -1,0 +1,96 @@
+"""The learning-rate schedule of the paper ("Noam"): a linear warm-up, then 1 / sqrt(step)."""
+
+from __future__ import annotations
+
+from ._validation import check_positive_number, check_step
+
+__all__ = ["NoamSchedule", "noam_lr"]
+
+
+def noam_lr(step, d_model, warmup_steps=4000, factor=1.0):
+    """Learning rate of the original Transformer at a given step.
+
+    Parameters
+    ----------
+    step : int
+        Optimiser step, counted from 1.
+    d_model : int
+        Model width; larger models get smaller rates.
+    warmup_steps : int
+        Length of the linear warm-up (4000 in the paper).
+    factor : float
+        Overall multiplier (1.0 in the paper; small models like larger values).
+
+    Returns
+    -------
+    float
+
+    Notes
+    -----
+    .. math:: \\mathit{lrate} = \\mathit{factor} \\cdot d_{\\text{model}}^{-0.5} \\cdot
+              \\min(\\mathit{step}^{-0.5},\\ \\mathit{step} \\cdot \\mathit{warmup}^{-1.5})
+
+    It grows linearly for ``warmup_steps`` steps, peaks at
+    ``factor / sqrt(d_model * warmup_steps)``, then decays like ``1 / sqrt(step)``.
+
+    Raises
+    ------
+    ValueError
+        If ``step`` is not an integer >= 1 (a float, a bool or a string is refused: the schedule
+        is evaluated at the optimiser's step count), or if ``d_model``, ``warmup_steps`` or
+        ``factor`` is not a positive finite number.
+
+    Examples
+    --------
+    >>> round(noam_lr(4000, d_model=512), 6)
+    0.000699
+    """
+    step = check_step(step)
+    d_model = check_positive_number("d_model", d_model)
+    warmup_steps = check_positive_number("warmup_steps", warmup_steps)
+    factor = check_positive_number("factor", factor)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+class NoamSchedule:
+    """The paper's warm-up schedule as a callable ``step -> lr`` (see :func:`noam_lr`).
+
+    Parameters
+    ----------
+    d_model : int
+        Model width; larger models get smaller rates.
+    warmup_steps : int
+        Length of the linear warm-up (4000 in the paper).
+    factor : float
+        Overall multiplier (1.0 in the paper; small models like larger values).
+
+    Raises
+    ------
+    ValueError
+        If ``d_model``, ``warmup_steps`` or ``factor`` is not a positive finite number (checked
+        here, not at the first step).
+
+    Examples
+    --------
+    >>> sched = NoamSchedule(d_model=64, warmup_steps=100, factor=1.0)
+    >>> sched(1) < sched(100) > sched(1000)
+    True
+    """
+
+    def __init__(self, d_model, warmup_steps=4000, factor=1.0):
+        # checked here, so that a bad value fails at construction and not at the first step
+        check_positive_number("d_model", d_model)
+        check_positive_number("warmup_steps", warmup_steps)
+        check_positive_number("factor", factor)
+        self.d_model = d_model
+        self.warmup_steps = warmup_steps
+        self.factor = factor
+
+    def __call__(self, step):
+        return noam_lr(step, self.d_model, self.warmup_steps, self.factor)
+
+    def __repr__(self):
+        return (
+            f"NoamSchedule(d_model={self.d_model}, warmup_steps={self.warmup_steps}, "
+            f"factor={self.factor})"
+        )

@@ -1,0 +1,60 @@
+"""Tests of schedule.py: the paper's learning-rate schedule (noam_lr, NoamSchedule)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from transformer_np import NoamSchedule, noam_lr
+
+# ============================================================================================
+# values
+# ============================================================================================
+
+
+def test_noam_schedule_warms_up_linearly_then_decays_as_inverse_sqrt():
+    d, w = 512, 4000
+    assert noam_lr(1, d, w) * 2 == pytest.approx(noam_lr(2, d, w))
+    peak = noam_lr(w, d, w)
+    assert peak == pytest.approx(1 / math.sqrt(d * w))
+    assert max(noam_lr(s, d, w) for s in range(1, 3 * w, 97)) <= peak * (1 + 1e-12)
+    assert noam_lr(4 * w, d, w) == pytest.approx(peak / 2)
+
+
+def test_noam_accepts_numpy_integers():
+    assert noam_lr(np.int64(4000), np.int64(512)) == pytest.approx(noam_lr(4000, 512))
+
+
+def test_noam_schedule_is_noam_lr_at_every_step():
+    sched = NoamSchedule(d_model=64, warmup_steps=100, factor=2.0)
+    assert all(sched(s) == noam_lr(s, 64, 100, 2.0) for s in (1, 50, 100, 1000))
+
+
+# ============================================================================================
+# errors
+# ============================================================================================
+
+
+def test_bad_step_and_warmup_raise_clear_errors():
+    with pytest.raises(ValueError, match="step must be >= 1"):
+        noam_lr(0, 64)
+    with pytest.raises(ValueError, match="warmup_steps"):
+        NoamSchedule(64, warmup_steps=0)
+
+
+@pytest.mark.parametrize("step", [None, float("nan"), float("inf"), "3", 1.5, True, 2.0])
+def test_noam_step_must_be_a_positive_integer(step):
+    with pytest.raises(ValueError, match=r"step must be a positive integer.*counted from 1"):
+        noam_lr(step, 64)
+
+
+@pytest.mark.parametrize("name", ["d_model", "warmup_steps", "factor"])
+@pytest.mark.parametrize("value", ["64", None, True, float("nan")])
+def test_noam_hyperparameters_must_be_numbers(name, value):
+    kwargs = {"d_model": 64, "warmup_steps": 100, "factor": 1.0, name: value}
+    with pytest.raises(ValueError, match=f"{name} must be a positive finite number"):
+        NoamSchedule(**kwargs)
+    with pytest.raises(ValueError, match=f"{name} must be a positive finite number"):
+        noam_lr(1, **kwargs)
