@@ -81,12 +81,13 @@ def attention_backward(grad_output, q, k, v, weights):
     d_k = q.shape[-1]
     # 5. output = weights @ v
     dv = np.swapaxes(weights, -1, -2) @ grad_output  # (..., n_k, n_q) @ (..., n_q, d_v)
-    dw = grad_output @ np.swapaxes(v, -1, -2)  # (..., n_q, d_v) @ (..., d_v, n_k)
-    # 4. softmax, row by row: ds_j = w_j (dw_j - sum_i w_i dw_i) (its Jacobian, never built)
-    ds = dw - np.einsum("...ij,...ij->...i", dw, weights)[..., None]  # (..., n_q, n_k)
+    ds = grad_output @ np.swapaxes(v, -1, -2)  # dL/dweights: (..., n_q, d_v) @ (..., d_v, n_k)
+    # 4. softmax, row by row: ds_j = w_j (dw_j - sum_i w_i dw_i) (its Jacobian, never built);
+    # in place: ds holds dL/dweights, then dL/dscores
+    ds -= np.einsum("...ij,...ij->...i", ds, weights)[..., None]  # (..., n_q, n_k)
     ds *= weights
     # 1. scores = q k^T / sqrt(d_k)
-    ds /= np.sqrt(d_k)
+    ds *= ds.dtype.type(1.0 / np.sqrt(d_k))
     dq = ds @ k  # (..., n_q, n_k) @ (..., n_k, d_k) -> (..., n_q, d_k)
     dk = np.swapaxes(ds, -1, -2) @ q  # (..., n_k, n_q) @ (..., n_q, d_k) -> (..., n_k, d_k)
     return dq, dk, dv
