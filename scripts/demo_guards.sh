@@ -23,6 +23,8 @@ setup[code-differs]="sed -i 's/scores = np.array(\[2.0, 1.0, 0.1\])/scores = np.
 tests[code-differs]="tests/test_parity.py"
 setup[page-missing]="git rm -q docs/en/setup.md"
 tests[page-missing]="tests/test_parity.py"
+setup[solution-outside]="sed -i '/^??? success/,\$ s/^    //' docs/it/feed-forward.md docs/en/feed-forward.md"
+tests[solution-outside]="tests/test_guards.py::test_every_solution_holds_a_block_that_runs"
 setup[notebook-json]="sed -i '/hooks\/notebooks_i18n.py/d' mkdocs.yml"
 tests[notebook-json]="tests/test_site_build.py tests/test_browser.py -k notebook"
 setup[mathjax-removed]="sed -i '/assets\/mathjax\/tex-chtml.js/d' mkdocs.yml"
@@ -32,7 +34,7 @@ tests[outside-request]="tests/test_site_build.py::test_no_page_loads_anything_fr
 
 faults=("$@")
 [ ${#faults[@]} -gt 0 ] || faults=(failing-block skipped-fence stale-output code-differs page-missing
-                                  notebook-json mathjax-removed outside-request)
+                                  solution-outside notebook-json mathjax-removed outside-request)
 status=0
 for f in "${faults[@]}"; do
   d="$tmp/$f"

@@ -1,17 +1,26 @@
 """The guards of the docs suite catch the faults they exist for (tested on made-up pages).
 
 The real pages are checked by test_docs.py and test_parity.py; here each detector is shown a page
-with one fault and must report it, and a sound page must pass.
+with one fault and must report it, and a sound page must pass. One guard has no home elsewhere and
+checks the real pages here too: every exercise solution (a ``??? success`` admonition) holds a
+block that the tests run.
 """
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from doctools import (
+    DOCS,
+    LANGUAGES,
     normalise_output,
     orphan_outputs,
+    outside_fences,
+    pages,
     python_blocks,
+    read_page,
     run_block,
     silently_skipped,
     strip_comments,
@@ -108,3 +117,102 @@ def test_inline_code_and_list_items_are_compared():
 def test_a_heading_inside_code_is_not_a_heading():
     s = structure(f"# T\n\n{F}python\n# a comment, not a heading\n{F}\n")
     assert s.headings == [1]
+
+
+# --------------------------------------------------------------------------------------------
+# Exercise solutions run: a ``??? success`` admonition holds a block that python_blocks returns.
+# A solution fenced as ```py or ```python title="x", or not indented into the admonition, would
+# show on the page and never be executed (or run outside its collapsed box), in silence.
+
+SOLUTION = re.compile(r"^(?P<indent>[ \t]*)(?:\?\?\?\+?|!!!)\s+success\b")
+TAB = 4  # an admonition's body is indented by four spaces more than its first line
+
+
+def _indent(line: str) -> int:
+    return len(line.expandtabs(TAB)) - len(line.expandtabs(TAB).lstrip())
+
+
+def solutions_that_do_not_run(text: str) -> list[int]:
+    """Lines of the ``??? success`` admonitions of a page that hold no block the tests run."""
+    lines = text.split("\n")
+    prose = outside_fences(text).split("\n")  # an admonition shown inside a fence is not one
+    run_lines = {block.line for block in python_blocks(text)}
+    bad = []
+    for i, line in enumerate(prose):
+        m = SOLUTION.match(line)
+        if not m:
+            continue
+        body_indent = _indent(m["indent"]) + TAB
+        end = i + 1  # the body: blank lines and lines indented into the admonition
+        while end < len(lines) and (not lines[end].strip() or _indent(lines[end]) >= body_indent):
+            end += 1
+        if not any(i + 1 < ln <= end for ln in run_lines):  # 1-based lines of the body
+            bad.append(i + 1)
+    return bad
+
+
+def _has_solutions(text: str) -> bool:
+    return any(SOLUTION.match(line) for line in outside_fences(text).split("\n"))
+
+
+def _pages_with_solutions():
+    return [
+        pytest.param(path, id=path.relative_to(DOCS).as_posix())
+        for lang in LANGUAGES
+        for path in pages(lang)
+        if _has_solutions(path.read_text(encoding="utf-8"))
+    ]
+
+
+SOLUTION_PAGES = _pages_with_solutions()
+
+
+def test_some_page_has_solutions():
+    # The guard must not pass by finding nothing.
+    assert SOLUTION_PAGES, "no page has a ??? success admonition"
+
+
+@pytest.mark.parametrize("path", SOLUTION_PAGES)
+def test_every_solution_holds_a_block_that_runs(path):
+    bad = solutions_that_do_not_run(read_page(path))
+    assert not bad, (
+        f"{path.relative_to(DOCS)}: these ??? success admonitions hold no block the tests run "
+        f"(lines {bad}); put the solution in a fence tagged exactly {F}python, indented four "
+        "spaces into the admonition"
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        f"    {F}py\n    assert 1 + 1 == 2\n    {F}\n",  # a disguised tag: not run
+        f'    {F}python title="x.py"\n    assert 1 + 1 == 2\n    {F}\n',
+        f"    {F}text\n    assert 1 + 1 == 2\n    {F}\n",  # shown, never run
+        f"{F}python\nassert 1 + 1 == 2\n{F}\n",  # not indented: runs outside the box
+        f"  {F}python\n  assert 1 + 1 == 2\n  {F}\n",  # two spaces: not in the box either
+        "    The answer is 2.\n",  # prose only
+        "",  # nothing at all
+    ],
+    ids=["py", "title", "text", "not-indented", "two-spaces", "prose-only", "empty"],
+)
+def test_a_solution_that_would_not_run_is_reported(body):
+    page = f'# T\n\n1. An exercise.\n\n??? success "Solution"\n{body}\nAfter.\n'
+    assert solutions_that_do_not_run(page) == [5]
+
+
+def test_a_solution_that_runs_is_not_reported():
+    good = f"    {F}python\n    assert 1 + 1 == 2\n    {F}\n"
+    nested = f"        {F}python\n        assert 1 + 1 == 2\n        {F}\n"
+    page = (
+        "# T\n\n"
+        f'??? tip "Hint"\n    Add.\n\n'  # line 3: not a solution
+        f'??? success "Solution"\n{good}\n'  # line 6: the block, then its output and prose
+        f'    {F}text title="Output"\n    2\n    {F}\n\n    Why: prose after the block.\n\n'
+        f'???+ success "Open"\n\n    Prose first.\n\n{good}\n'  # line 17: open, prose first
+        f'!!! note\n    ??? success "Nested"\n{nested}\n'  # line 26: inside another box
+        f'{F}markdown\n??? success "Shown in a fence: not an admonition"\n{F}\n'
+    )
+    assert solutions_that_do_not_run(page) == []
+    # ... and the same page with one solution broken is reported at that solution's line
+    broken = page.replace(f"Prose first.\n\n    {F}python", f"Prose first.\n\n    {F}py")
+    assert solutions_that_do_not_run(broken) == [17]
