@@ -58,9 +58,12 @@ Usage::
     python benchmarks/bench_attention.py --quick             # smoke run, tiny sizes
     python benchmarks/bench_attention.py --out results/x.json
 
-Writes ``<out>.json`` (all numbers and the machine), ``<out>.md`` and ``<out>.it.md`` (the
-table, in English and Italian) and ``<out>.svg`` (the plot, drawn by the site's figure module
-``figures/efficient_attention_benchmark.py``) and prints the table.
+Writes ``<out>.json`` (all numbers and the machine; by default
+``src/transformer_np/data/attention.json``, package data that the site's page reads, also from an
+installed wheel), and ``<tables>.md`` and ``<tables>.it.md`` (the table, in English and Italian)
+and ``<tables>.svg`` (the plot, drawn by the site's figure module
+``figures/efficient_attention_benchmark.py``), and prints the table. ``<tables>`` is
+``benchmarks/results/attention`` by default, and next to ``--out`` when only ``--out`` is given.
 """
 
 from __future__ import annotations
@@ -77,7 +80,10 @@ from pathlib import Path
 from timed_calls import TimedProcess, cpu_model, serve
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_OUT = HERE / "results" / "attention.json"
+# The results the site reads are package data (one copy, read in the repository and from a wheel);
+# the tables and the plot made from them are only for the site build and stay here.
+DEFAULT_OUT = HERE.parent / "src" / "transformer_np" / "data" / "attention.json"
+DEFAULT_TABLES = HERE / "results" / "attention"
 IMPLS = ("naive", "sdpa", "sdpa_nw", "blockwise", "products", "products_exp", "torch")
 # measured at every big n: they do not hold the n x n matrix (products: one chunk per thread)
 BIG_ONLY = ("sdpa_nw", "blockwise", "products", "products_exp", "torch")
@@ -624,7 +630,14 @@ def main(argv=None) -> int:
         "--out",
         type=Path,
         default=DEFAULT_OUT,
-        help="JSON path; the .md table and .svg plot go next to it",
+        help="JSON path (default: the package data folder)",
+    )
+    p.add_argument(
+        "--tables",
+        type=Path,
+        default=None,
+        help="path without suffix of the .md / .it.md tables and the .svg plot (default: "
+        "benchmarks/results/attention, or next to --out when --out is given)",
     )
     p.add_argument("--quick", action="store_true", help="tiny sizes, few reps: a smoke run")
     p.add_argument("--sizes", type=int, nargs="+", default=None)
@@ -693,15 +706,21 @@ def main(argv=None) -> int:
         res = drive(args)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(res, indent=1) + "\n")
+    if args.tables is not None:
+        stem = args.tables
+    else:
+        stem = DEFAULT_TABLES if out.resolve() == DEFAULT_OUT.resolve() else out.with_suffix("")
+    md, md_it, svg = (stem.with_name(stem.name + s) for s in (".md", ".it.md", ".svg"))
+    md.parent.mkdir(parents=True, exist_ok=True)
     table = markdown_table(res, "en")
-    out.with_suffix(".md").write_text(table)
-    out.with_suffix(".it.md").write_text(markdown_table(res, "it"))
+    md.write_text(table)
+    md_it.write_text(markdown_table(res, "it"))
     if not args.no_plot:
-        plot(res, out.with_suffix(".svg"))
+        plot(res, svg)
     print(table)
     print(
-        f"wrote {'' if args.tables_only else f'{out}, '}{out.with_suffix('.md')}, "
-        f"{out.with_suffix('.it.md')}" + ("" if args.no_plot else f", {out.with_suffix('.svg')}"),
+        f"wrote {'' if args.tables_only else f'{out}, '}{md}, {md_it}"
+        + ("" if args.no_plot else f", {svg}"),
         file=sys.stderr,
     )
     return 0

@@ -9,7 +9,7 @@ Usage::
 
     python benchmarks/bench_decoding.py
     python benchmarks/bench_decoding.py --new 500 --layers 4 --batch 8
-    python benchmarks/bench_decoding.py --new 200 500 --json benchmarks/results/decoding.json
+    python benchmarks/bench_decoding.py --new 200 500 --json src/transformer_np/data/decoding.json
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def main(argv=None):
     p.add_argument(
         "--json",
         metavar="PATH",
-        help="also write the results as JSON (e.g. benchmarks/results/decoding.json)",
+        help="also write the results as JSON (e.g. src/transformer_np/data/decoding.json)",
     )
     args = p.parse_args(argv)
 

@@ -164,7 +164,7 @@ def main() -> None:
     parser.add_argument(
         "--json",
         metavar="PATH",
-        help="also write the results as JSON (e.g. benchmarks/results/minilm.json)",
+        help="also write the results as JSON (e.g. src/transformer_np/data/minilm.json)",
     )
     parser.add_argument(
         "--threads",

@@ -1,7 +1,8 @@
 """Speed and memory of attention against n: the benchmark's results, drawn.
 
 The numbers are not computed here (timing at every build would be slow and noisy): they are
-the committed output of ``benchmarks/bench_attention.py``, ``benchmarks/results/attention.json``,
+the committed output of ``benchmarks/bench_attention.py``,
+``src/transformer_np/data/attention.json`` (package data: the page's own block reads it too),
 which anyone can regenerate on their own machine. The benchmark script calls this same
 ``figure`` to write its own SVG.
 """
@@ -13,7 +14,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "attention.json"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "src" / "transformer_np" / "data" / "attention.json"
 
 TEXT = {
     "it": {

