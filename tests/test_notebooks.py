@@ -14,6 +14,7 @@ Two kinds of notebook:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib.util
 import os
 import re
@@ -433,7 +434,10 @@ def _run_chapters(chapters, site: Path, scratch: Path) -> dict[tuple[str, str], 
         runs = await asyncio.gather(*(run_one(lang, rel, sem) for lang, rel in chapters))
         return dict(zip(chapters, runs, strict=True))
 
-    return asyncio.run(run_all())
+    # A thread of its own: an earlier test (Playwright's sync API) may have left an event loop
+    # running in the main thread, where asyncio.run() refuses to start.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, run_all()).result()
 
 
 RUN_TEST = "test_chapter_notebook_runs_outside_the_repository"
