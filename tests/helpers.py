@@ -388,3 +388,107 @@ def torch_decoder_layer_grads(torch_layer):
         {f"cross_attn.{k}": v for k, v in torch_mha_grads(torch_layer.multihead_attn).items()}
     )
     return add_norm_and_feed_forward_grads(grads, torch_layer, ("norm1", "norm2", "norm3"))
+
+
+# -- Hugging Face's Llama layers, the reference of the modern block ------------------------------
+
+
+def hf_llama_config(cfg):
+    """A transformers ``LlamaConfig`` with the sizes of our ``LlamaConfig`` (eager attention)."""
+    from transformers import LlamaConfig as HFLlamaConfig
+
+    return HFLlamaConfig(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        intermediate_size=cfg.d_ff,
+        num_hidden_layers=cfg.n_layers,
+        num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.n_kv_heads,
+        max_position_embeddings=cfg.max_len,
+        rms_norm_eps=cfg.eps,
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base},
+        tie_word_embeddings=True,
+        attention_bias=False,
+        mlp_bias=False,
+        attn_implementation="eager",
+    )
+
+
+def hf_rope_float64(rotary):
+    """Make a ``LlamaRotaryEmbedding`` compute its angles in float64.
+
+    transformers computes cos and sin in float32 even in a float64 model (``.float()`` in its
+    ``forward``), which would limit a float64 comparison to about 1e-6; the formula is the same.
+    """
+    dim = rotary.inv_freq.shape[0] * 2
+    base = rotary.config.rope_parameters["rope_theta"]
+
+    def forward(x, position_ids):
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+        freqs = position_ids[..., None].double() * inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+    rotary.forward = forward
+
+
+def load_llama_block(hf_layer, block):
+    """Copy a LlamaBlock's parameters into a transformers ``LlamaDecoderLayer``."""
+    p = block.params
+    pairs = {
+        "self_attn.q_proj.weight": p["attn.W_q"].T,
+        "self_attn.k_proj.weight": p["attn.W_k"].T,
+        "self_attn.v_proj.weight": p["attn.W_v"].T,
+        "self_attn.o_proj.weight": p["attn.W_o"].T,
+        "mlp.gate_proj.weight": p["ff.W_gate"].T,
+        "mlp.up_proj.weight": p["ff.W_up"].T,
+        "mlp.down_proj.weight": p["ff.W_down"].T,
+        "input_layernorm.weight": p["norm1.gamma"],
+        "post_attention_layernorm.weight": p["norm2.gamma"],
+    }
+    state = hf_layer.state_dict()
+    with torch.no_grad():
+        for name, value in pairs.items():
+            state[name].copy_(to_torch(value))
+
+
+def load_llama_model(hf_model, model):
+    """Copy a LlamaModel's parameters into a transformers ``LlamaForCausalLM``."""
+    with torch.no_grad():
+        hf_model.model.embed_tokens.weight.copy_(to_torch(model.params["embed.W"]))
+        hf_model.model.norm.weight.copy_(to_torch(model.params["blocks.norm.gamma"]))
+        for hf_layer, block in zip(hf_model.model.layers, model.blocks.layers, strict=True):
+            load_llama_block(hf_layer, block)
+
+
+def hf_llama_in_input_dtype(monkeypatch):
+    """Make transformers' ``LlamaRMSNorm`` and eager attention compute float64 in float64.
+
+    Both convert to float32 whatever the input's dtype (meant for float16 models): RMSNorm
+    normalises in float32, attention takes its softmax in float32; a float64 model then
+    differs from exact float64 by about 1e-7. The formulas are the same; only the dtype changes
+    (the rotary angles are fixed by :func:`hf_rope_float64`).
+    """
+    from transformers.models.llama import modeling_llama as ml
+
+    def rmsnorm_forward(self, hidden_states):
+        dtype = torch.promote_types(hidden_states.dtype, torch.float32)
+        h = hidden_states.to(dtype)
+        variance = h.pow(2).mean(-1, keepdim=True)
+        h = h * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * h.to(hidden_states.dtype)
+
+    def eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout=0.0,
+                                **kwargs):  # fmt: skip
+        key_states = ml.repeat_kv(key, module.num_key_value_groups)
+        value_states = ml.repeat_kv(value, module.num_key_value_groups)
+        attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+        if attention_mask is not None:
+            attn_weights = attn_weights + attention_mask
+        dtype = torch.promote_types(query.dtype, torch.float32)
+        attn_weights = torch.softmax(attn_weights, dim=-1, dtype=dtype).to(query.dtype)
+        attn_output = torch.matmul(attn_weights, value_states).transpose(1, 2).contiguous()
+        return attn_output, attn_weights
+
+    monkeypatch.setattr(ml.LlamaRMSNorm, "forward", rmsnorm_forward)
+    monkeypatch.setattr(ml, "eager_attention_forward", eager_attention_forward)

@@ -15,6 +15,11 @@ The public API, re-exported from the modules that define it:
 * :mod:`~transformer_np.blockwise` -- blockwise_attention (memory-efficient, online softmax)
 * :mod:`~transformer_np.config` -- TransformerConfig, LanguageModelConfig
 * :mod:`~transformer_np.stacks` -- Encoder, Decoder
+* :mod:`~transformer_np.rmsnorm` -- RMSNorm
+* :mod:`~transformer_np.rope` -- rope_angles, apply_rope (rotary position embedding)
+* :mod:`~transformer_np.swiglu` -- SwiGLU, silu
+* :mod:`~transformer_np.grouped_query` -- GroupedQueryAttention
+* :mod:`~transformer_np.llama` -- LlamaBlock, LlamaModel (a modern decoder-only model)
 * :mod:`~transformer_np.model` -- Transformer, LanguageModel
 * :mod:`~transformer_np.losses` -- cross_entropy, CrossEntropyLoss
 * :mod:`~transformer_np.optim` -- Adam, clip_grad_norm
@@ -30,7 +35,7 @@ from .attention import attention_backward, attention_steps, scaled_dot_product_a
 from .blocks import DecoderBlock, EncoderBlock
 from .blockwise import blockwise_attention
 from .checkpoints import load_model, save_model
-from .config import LanguageModelConfig, TransformerConfig
+from .config import LanguageModelConfig, LlamaConfig, TransformerConfig
 from .decoding import generate, sample_next, translate
 from .embedding import Embedding, TiedOutput
 from .feed_forward import FeedForward
@@ -44,15 +49,20 @@ from .functional import (
     relu,
     softmax,
 )
+from .grouped_query import GroupedQueryAttention
 from .layers import Dropout, LayerNorm, Linear
+from .llama import LlamaBlock, LlamaModel
 from .losses import CrossEntropyLoss, cross_entropy
 from .model import LanguageModel, Transformer
 from .module import Module
 from .multi_head import KVCache, MultiHeadAttention, merge_heads, split_heads
 from .optim import Adam, clip_grad_norm
 from .positional import positional_encoding, positional_offset_matrix
+from .rmsnorm import RMSNorm
+from .rope import apply_rope, rope_angles, rope_frequencies, rotate_half
 from .schedule import NoamSchedule, noam_lr
 from .stacks import Decoder, Encoder
+from .swiglu import SwiGLU, silu
 from .train import TrainingDiverged, fit, train_step
 
 __version__ = "0.1.0"
@@ -105,4 +115,15 @@ __all__ = [
     "relu",
     "scaled_dot_product_attention",
     "softmax",
+    "GroupedQueryAttention",
+    "LlamaBlock",
+    "LlamaConfig",
+    "LlamaModel",
+    "RMSNorm",
+    "SwiGLU",
+    "apply_rope",
+    "rope_angles",
+    "rope_frequencies",
+    "rotate_half",
+    "silu",
 ]

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-__all__ = ["LanguageModelConfig", "TransformerConfig"]
+__all__ = ["LanguageModelConfig", "LlamaConfig", "TransformerConfig"]
 
 
 def check_field(cls_name, name, value, kind, lo=None, hi=None, hi_open=False):
@@ -173,3 +173,52 @@ class LanguageModelConfig(JsonConfig):
         check_field(name, "vocab_size", self.vocab_size, int, 1)
         check_field(name, "n_layers", self.n_layers, int, 1)
         check_common_fields(self)
+
+
+@dataclass(frozen=True)
+class LlamaConfig(JsonConfig):
+    """Hyper-parameters of the modern decoder-only :class:`~transformer_np.llama.LlamaModel`.
+
+    The defaults are those of SmolLM2-135M (read from its GGUF file by
+    :func:`transformer_np.pretrained.load_smollm2`).
+
+    Examples
+    --------
+    >>> cfg = LlamaConfig(vocab_size=100, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64)
+    >>> cfg.d_model // cfg.n_heads, cfg.n_heads // cfg.n_kv_heads
+    (8, 2)
+    """
+
+    vocab_size: int = 49152  # V: token ids (byte-level BPE)
+    d_model: int = 576  # D: width of the residual stream
+    n_layers: int = 30  # decoder blocks
+    n_heads: int = 9  # query heads H; head size Dh = D / H = 64 (even: RoPE rotates pairs)
+    n_kv_heads: int = 3  # key/value heads, each shared by H / n_kv_heads query heads
+    d_ff: int = 1536  # SwiGLU hidden width (three D x d_ff matrices)
+    max_len: int = 8192  # the context length the model was trained for
+    rope_base: float = 100000.0  # theta of the rotary frequencies theta^(-2i/Dh)
+    eps: float = 1e-5  # RMSNorm epsilon
+    dtype: str = "float32"  # "float32" or "float64"
+
+    def __post_init__(self):
+        name = type(self).__name__
+        for field in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
+            check_field(name, field, getattr(self, field), int, 1)
+        check_field(name, "max_len", self.max_len, int, 1)
+        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"{name}.d_model must split into n_heads heads of even size, got d_model = "
+                f"{self.d_model} and n_heads = {self.n_heads}"
+            )
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"{name}.n_kv_heads must divide n_heads, got n_heads = {self.n_heads} and "
+                f"n_kv_heads = {self.n_kv_heads}"
+            )
+        check_field(name, "rope_base", self.rope_base, float)
+        check_field(name, "eps", self.eps, float)
+        for field in ("rope_base", "eps"):
+            if not getattr(self, field) > 0:
+                raise ValueError(f"{name}.{field} must be > 0, got {getattr(self, field)}")
+        if self.dtype not in ("float32", "float64"):
+            raise ValueError(f'{name}.dtype must be "float32" or "float64", got {self.dtype!r}')

@@ -28,6 +28,7 @@ from ._validation import (
     check_rng,
     shape_str,
 )
+from .llama import LlamaModel
 from .model import LanguageModel, Transformer, check_ids
 from .module import running
 from .multi_head import KVCache
@@ -163,7 +164,7 @@ def choose_next(logits, temperature, top_k, rng):
 
 
 def generate(
-    model: LanguageModel,
+    model: LanguageModel | LlamaModel,
     prompt,
     max_new_tokens,
     *,
@@ -173,7 +174,8 @@ def generate(
     use_cache=True,
     keep=None,
 ):
-    """Continue ``prompt`` with a :class:`~transformer_np.model.LanguageModel`.
+    """Continue ``prompt`` with a :class:`~transformer_np.model.LanguageModel` (or a
+    :class:`~transformer_np.llama.LlamaModel`: the same loop, the same cache).
 
     The model runs in evaluation mode (dropout off) and is left in the mode it was in.
 
@@ -215,8 +217,10 @@ def generate(
     >>> bool((out == generate(lm, np.array([[1, 2, 3]]), 12, use_cache=False)).all())
     True
     """
-    if not isinstance(model, LanguageModel):
-        raise TypeError(f"model must be a LanguageModel, got {type(model).__name__}")
+    if not isinstance(model, LanguageModel | LlamaModel):
+        raise TypeError(
+            f"model must be a LanguageModel or a LlamaModel, got {type(model).__name__}"
+        )
     cfg = model.config
     prompt = check_ids(prompt, "prompt", cfg.vocab_size, cfg.max_len)
     n_new = check_positive_int(max_new_tokens, "max_new_tokens")
@@ -263,7 +267,8 @@ def generate_tokens(model, prompt, total, temperature, top_k, rng, use_cache, ke
     out = np.zeros((B, total), dtype=np.int64)
     out[:, :T0] = prompt
     start = 0  # the model reads out[:, start:t]
-    cache = [KVCache(cfg.max_len) for _ in model.blocks.layers] if use_cache else None
+    size = min(cfg.max_len, total)  # the cache never holds more than the window
+    cache = [KVCache(size) for _ in model.blocks.layers] if use_cache else None
     logits = model(prompt, kv_cache=cache)[:, -1]  # the whole prompt at once (the prefill)
     for t in range(T0, total):
         out[:, t] = choose_next(logits, temperature, top_k, rng)

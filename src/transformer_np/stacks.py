@@ -22,8 +22,14 @@ class Encoder(Module):
     final_norm : bool
         Add a LayerNorm after the last layer (needed with pre-LN, whose layers leave their
         output un-normalised).
+    block : type, default EncoderBlock
+        The class of the layers (:class:`~transformer_np.llama.LlamaBlock` for a modern
+        decoder-only model: the same block with other sublayers).
+    norm : type, default LayerNorm
+        The class of the final normalisation (:class:`~transformer_np.RMSNorm` for LLaMA).
     **kwargs
-        ``norm_first``, ``activation``, ``eps``, ``dropout``, ``rng``, ``dtype`` for every layer.
+        ``norm_first``, ``activation``, ``eps``, ``dropout``, ``rng``, ``dtype`` for every layer
+        (or the keyword arguments of ``block``).
 
     Attributes
     ----------
@@ -33,11 +39,14 @@ class Encoder(Module):
         Keys ``"0.attn.W_q"``, ..., ``"norm.gamma"``.
     """
 
-    def __init__(self, n_layers, d_model, n_heads, d_ff, *, final_norm, **kwargs):
+    def __init__(
+        self, n_layers, d_model, n_heads, d_ff, *, final_norm, block=EncoderBlock,
+        norm=LayerNorm, **kwargs
+    ):  # fmt: skip
         super().__init__()
-        self.layers = [EncoderBlock(d_model, n_heads, d_ff, **kwargs) for _ in range(n_layers)]
+        self.layers = [block(d_model, n_heads, d_ff, **kwargs) for _ in range(n_layers)]
         self.add_children(**{str(i): layer for i, layer in enumerate(self.layers)})
-        self.norm = LayerNorm(d_model, kwargs["eps"], dtype=kwargs["dtype"]) if final_norm else None
+        self.norm = norm(d_model, kwargs["eps"], dtype=kwargs["dtype"]) if final_norm else None
         if self.norm is not None:
             self.add_children(norm=self.norm)
 

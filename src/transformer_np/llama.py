@@ -1,0 +1,171 @@
+r"""A modern decoder-only language model (LLaMA, SmolLM2): the 2017 block with new parts.
+
+A LLaMA block is the pre-LN block of GPT-2 (:class:`~transformer_np.EncoderBlock` with
+``norm_first=True`` and a causal mask) with three of its sublayers replaced:
+
+=====================  ==========================  ======================================
+sublayer               2017 / GPT-2                LLaMA, SmolLM2
+=====================  ==========================  ======================================
+normalisation          LayerNorm (mean and bias)   :class:`~transformer_np.RMSNorm`
+positions              sinusoids added once        RoPE in every attention layer
+attention              multi-head, with biases     grouped-query, no biases
+feed-forward           ReLU/GELU, 4 D, biases      :class:`~transformer_np.SwiGLU`, no biases
+=====================  ==========================  ======================================
+
+:class:`LlamaBlock` therefore only builds other sublayers: its ``forward`` is the encoder
+block's, ``x + Attn(Norm(x))`` then ``h + FFN(Norm(h))``. The output layer reuses the
+embedding matrix (tied embeddings). Inference only: the weights come trained
+(:func:`transformer_np.pretrained.load_smollm2`).
+
+Shape glossary: B batch, T positions, D = d_model, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validation import check_rng
+from .blocks import EncoderBlock
+from .config import LlamaConfig
+from .embedding import Embedding
+from .functional import causal_mask
+from .grouped_query import GroupedQueryAttention
+from .layers import Dropout
+from .model import check_ids
+from .module import Module
+from .rmsnorm import RMSNorm
+from .stacks import Encoder
+from .swiglu import SwiGLU
+
+__all__ = ["LlamaBlock", "LlamaConfig", "LlamaModel"]
+
+
+class LlamaBlock(EncoderBlock):
+    r"""The pre-norm block of LLaMA: RMSNorm, grouped-query attention with RoPE, SwiGLU.
+
+    Parameters
+    ----------
+    d_model, n_heads, d_ff : int
+    n_kv_heads : int
+        Key/value heads of the attention (dividing ``n_heads``).
+    rope_base : float, default 10000.0
+    eps : float, default 1e-5
+        Epsilon of both RMSNorms.
+    rng : np.random.Generator or int, optional
+    dtype : {np.float64, np.float32}, default np.float64
+
+    Attributes
+    ----------
+    attn : GroupedQueryAttention
+    norm1, norm2 : RMSNorm
+    ff : SwiGLU
+    params : NestedParams
+        Keys ``attn.W_q``, ``norm1.gamma``, ``ff.W_gate``, ...
+
+    Notes
+    -----
+    .. math:: h = x + \mathrm{GQA}(\mathrm{RMSNorm}_1(x)), \qquad
+              y = h + \mathrm{SwiGLU}(\mathrm{RMSNorm}_2(h))
+
+    the formulas of :class:`~transformer_np.EncoderBlock` with ``norm_first=True``, whose
+    ``forward`` this class inherits unchanged.
+    """
+
+    def __init__(self, d_model, n_heads, d_ff, *, n_kv_heads, rope_base=10000.0, eps=1e-5,
+                 rng=None, dtype=np.float64):  # fmt: skip
+        Module.__init__(self)
+        rng = check_rng(rng)
+        self.attn = GroupedQueryAttention(
+            d_model, n_heads, n_kv_heads, rope_base=rope_base, rng=rng, dtype=dtype
+        )
+        self.norm1 = RMSNorm(d_model, eps, dtype=dtype)
+        self.ff = SwiGLU(d_model, d_ff, rng=rng, dtype=dtype)
+        self.norm2 = RMSNorm(d_model, eps, dtype=dtype)
+        self.drop1, self.drop2 = Dropout(0.0, rng), Dropout(0.0, rng)  # none in LLaMA
+        self.d_model, self.n_heads, self.d_ff = self.attn.d_model, n_heads, self.ff.d_ff
+        self.norm_first, self.dropout = True, 0.0
+        self.add_children(attn=self.attn, norm1=self.norm1, ff=self.ff, norm2=self.norm2)
+        self.add_children(drop1=self.drop1, drop2=self.drop2)
+        self.attention_weights = None
+
+    def __repr__(self):
+        a = self.attn
+        return (
+            f"LlamaBlock(d_model={self.d_model}, n_heads={self.n_heads}, "
+            f"n_kv_heads={a.n_kv_heads}, d_ff={self.d_ff}, rope_base={a.rope_base:g}, "
+            f"eps={self.norm1.eps:g})"
+        )
+
+
+class LlamaModel(Module):
+    r"""A decoder-only language model with LLaMA blocks and tied embeddings.
+
+    Parameters
+    ----------
+    config : LlamaConfig
+    rng : np.random.Generator or int, optional
+        Source of the random initial weights (a loader overwrites them).
+
+    Attributes
+    ----------
+    embed : Embedding
+        The token table E (V, D), not scaled by sqrt(D).
+    blocks : Encoder
+        ``config.n_layers`` :class:`LlamaBlock`, then a final RMSNorm (``blocks.norm``).
+    params : NestedParams
+        Keys ``embed.W``, ``blocks.0.attn.W_q``, ..., ``blocks.norm.gamma``.
+
+    Notes
+    -----
+    .. math:: \mathrm{logits} = \mathrm{RMSNorm}(\mathrm{Blocks}(E[x];\ M_{\text{causal}}))
+              \, E^\top
+
+    No position is added to the embeddings: RoPE rotates the queries and keys inside every
+    attention layer. :func:`~transformer_np.generate` runs this model like the
+    :class:`~transformer_np.LanguageModel`, with one :class:`~transformer_np.KVCache` per
+    block.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from transformer_np import LlamaConfig, LlamaModel
+    >>> cfg = LlamaConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+    ...                   d_ff=64, max_len=16)
+    >>> LlamaModel(cfg, rng=0)(np.array([[1, 2, 3]])).shape
+    (1, 3, 50)
+    """
+
+    def __init__(self, config: LlamaConfig, rng=None):
+        super().__init__()
+        if not isinstance(config, LlamaConfig):
+            raise TypeError(f"config must be a LlamaConfig, got {type(config).__name__}")
+        self.config = cfg = config
+        rng = check_rng(rng)
+        dtype = np.dtype(cfg.dtype)
+        self.embed = Embedding(cfg.vocab_size, cfg.d_model, scale=False, rng=rng, dtype=dtype)
+        self.blocks = Encoder(
+            cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_ff, final_norm=True,
+            block=LlamaBlock, norm=RMSNorm, n_kv_heads=cfg.n_kv_heads,
+            rope_base=cfg.rope_base, eps=cfg.eps, rng=rng, dtype=dtype,
+        )  # fmt: skip
+        self.add_children(embed=self.embed, blocks=self.blocks)
+
+    def __repr__(self):
+        return f"LlamaModel({self.config})"
+
+    def checked_call(self, ids):
+        """Logits (B, T, V) of the next token at every position of ``ids`` (B, T)."""
+        cfg = self.config
+        ids = check_ids(ids, "ids", cfg.vocab_size, cfg.max_len)
+        return self.run_or_blame(self.forward, ids)
+
+    # --8<-- [start:llama_forward]
+    def forward(self, ids, *, kv_cache=None):
+        """Logits (B, T, V) for checked ``ids`` (B, T); with a ``kv_cache``, the new ids only."""
+        x = self.embed(ids)  # (B, T) -> (B, T, D): no positional table
+        mask = causal_mask(ids.shape[1]) if kv_cache is None else None  # a cache is causal
+        h = self.blocks(x, mask, kv_cache=kv_cache)  # (B, T, D), after the final RMSNorm
+        E = self.embed.params["W"]  # (V, D), tied: the output reuses the embedding
+        return h @ E.T.astype(h.dtype, copy=False)  # (B, T, D) @ (D, V) -> (B, T, V)
+
+    # --8<-- [end:llama_forward]

@@ -1,0 +1,71 @@
+r"""Rotary position embedding (RoPE): the position enters as a rotation of queries and keys.
+
+Instead of adding a position vector to the token (the sinusoids of 2017), RoPE rotates each
+pair of features of a query or key by an angle proportional to the position. Pair ``i`` of a
+head of size Dh turns at the frequency
+
+.. math:: \omega_i = \theta^{-2i / D_h}, \qquad i = 0, \dots, D_h/2 - 1,
+
+so at position ``m`` it is rotated by :math:`m\,\omega_i`. A rotation by :math:`m\omega` of
+the query and by :math:`n\omega` of the key leaves their dot product depending only on the
+difference: :math:`\langle R_m q, R_n k\rangle = \langle q, R_{n-m} k\rangle`, because
+:math:`R_m^\top R_n = R_{n-m}`. Attention therefore sees relative positions, and nothing is
+added to the residual stream.
+
+The pairs follow the Hugging Face layout: feature ``i`` is paired with feature ``i + Dh/2``
+(the "rotate half" form). llama.cpp pairs neighbours ``(2i, 2i+1)`` instead; the two are the
+same rotation after a permutation of the features (see ``pretrained/gguf.py``).
+
+Shape glossary: B batch, H heads, T positions, Dh head size (even).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validation import as_typed_array, check_positive_float, check_positive_int
+
+__all__ = ["apply_rope", "rope_angles", "rope_frequencies", "rotate_half"]
+
+
+# --8<-- [start:rope]
+def rope_frequencies(d_head, base=10000.0):
+    """The Dh/2 angular frequencies theta^(-2i/Dh), i = 0 .. Dh/2 - 1, in float64."""
+    d_head = check_positive_int(d_head, "d_head")
+    if d_head % 2:
+        raise ValueError(f"d_head must be even (RoPE rotates pairs of features), got {d_head}")
+    base = check_positive_float(base, "base")
+    return base ** (-np.arange(0, d_head, 2, dtype=np.float64) / d_head)  # (Dh/2,)
+
+
+def rope_angles(positions, d_head, base=10000.0, *, dtype=np.float64):
+    """cos and sin of the rotation at each position: two (T, Dh) arrays.
+
+    Angle of pair i at position m: m * omega_i, written twice (features i and i + Dh/2 turn
+    together), computed in float64 and then cast to ``dtype``.
+    """
+    pos = as_typed_array(positions, "positions", "iu", "an array of integer positions")
+    if pos.ndim != 1 or (pos.size and pos.min() < 0):
+        raise ValueError(f"positions must be a 1-D array of integers >= 0, got {pos!r}")
+    omega = rope_frequencies(d_head, base)  # (Dh/2,)
+    angles = pos[:, None].astype(np.float64) * omega[None, :]  # (T, 1) * (1, Dh/2) -> (T, Dh/2)
+    angles = np.concatenate([angles, angles], axis=-1)  # (T, Dh): pair i is (i, i + Dh/2)
+    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+
+
+def rotate_half(x):
+    """(x1, x2) -> (-x2, x1) on the two halves of the last axis: a quarter turn of each pair."""
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def apply_rope(x, cos, sin):
+    """Rotate every pair of features of x (..., T, Dh) by its position's angle.
+
+    Pair (a, b) = (x_i, x_{i+Dh/2}) becomes (a cos - b sin, b cos + a sin), a rotation by the
+    angle of pair i; ``cos`` and ``sin`` (T, Dh) come from :func:`rope_angles`.
+    """
+    return x * cos + rotate_half(x) * sin  # (..., T, Dh)
+
+
+# --8<-- [end:rope]

@@ -1,0 +1,140 @@
+"""grouped_query.py: grouped-query attention with rotary positions.
+
+Sections: values (the same as repeating each key/value head G times; multi-head attention
+when G = 1 at position 0; the cache gives the same output step by step), errors, reference
+(Hugging Face's LlamaAttention in float64 and float32).
+"""
+
+import numpy as np
+import pytest
+
+from transformer_np import (
+    GroupedQueryAttention,
+    KVCache,
+    MultiHeadAttention,
+    apply_rope,
+    causal_mask,
+    rope_angles,
+    softmax,
+)
+from transformer_np.config import LlamaConfig
+
+from helpers import hf_llama_config, hf_llama_in_input_dtype, to_torch
+
+# ============================================================================================
+# values
+# ============================================================================================
+
+
+def repeated_heads_attention(gqa, x):
+    """The definition written out: every key/value head copied for each query head it serves."""
+    B, T, D = x.shape
+    H, Hkv, Dh = gqa.n_heads, gqa.n_kv_heads, gqa.d_head
+    p = gqa.params
+    heads = lambda y, n: y.reshape(B, T, n, Dh).transpose(0, 2, 1, 3)  # noqa: E731
+    q, k, v = heads(x @ p["W_q"], H), heads(x @ p["W_k"], Hkv), heads(x @ p["W_v"], Hkv)
+    cos, sin = rope_angles(np.arange(T), Dh, gqa.rope_base)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    k, v = np.repeat(k, H // Hkv, axis=1), np.repeat(v, H // Hkv, axis=1)  # (B, H, T, Dh)
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(Dh)
+    w = softmax(np.where(causal_mask(T), scores, -np.inf), axis=-1)
+    return (w @ v).transpose(0, 2, 1, 3).reshape(B, T, D) @ p["W_o"], w
+
+
+@pytest.mark.parametrize("n_kv_heads", [1, 2, 4])
+def test_equals_keys_and_values_repeated_per_group(rng, n_kv_heads):
+    gqa = GroupedQueryAttention(32, 4, n_kv_heads, rope_base=1000.0, rng=rng)
+    x = rng.standard_normal((2, 7, 32))
+    out, w = gqa(x, mask=causal_mask(7))
+    out_ref, w_ref = repeated_heads_attention(gqa, x)
+    np.testing.assert_allclose(out, out_ref, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(w, w_ref, rtol=1e-12, atol=1e-14)
+
+
+def test_one_group_per_head_at_one_position_is_multi_head_attention(rng):
+    gqa = GroupedQueryAttention(16, 4, 4, rng=rng)
+    mha = MultiHeadAttention(16, 4, bias=False, rng=rng)
+    mha.params.update(gqa.params)
+    x = rng.standard_normal((3, 1, 16))  # one position: the rotation is the identity
+    np.testing.assert_allclose(gqa(x)[0], mha(x)[0], rtol=1e-13, atol=1e-14)
+
+
+def test_the_cache_gives_the_same_output_step_by_step(rng):
+    gqa = GroupedQueryAttention(24, 6, 2, rng=rng)
+    x = rng.standard_normal((2, 9, 24))
+    full, _ = gqa(x, mask=causal_mask(9))
+    cache = KVCache(9)
+    steps = [gqa(x[:, :4], kv_cache=cache)[0]]  # a prefill of 4, then one token at a time
+    steps += [gqa(x[:, t : t + 1], kv_cache=cache)[0] for t in range(4, 9)]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-12, atol=1e-13)
+    assert cache.stored()[0].shape == (2, 2, 9, 4)  # only Hkv = 2 heads are stored
+
+
+def test_unbatched_input(rng):
+    gqa = GroupedQueryAttention(16, 4, 2, rng=rng)
+    x = rng.standard_normal((5, 16))
+    out, w = gqa(x, mask=causal_mask(5))
+    np.testing.assert_allclose(out, gqa(x[None], mask=causal_mask(5))[0][0], rtol=1e-14)
+    assert w.shape == (4, 5, 5)
+
+
+# ============================================================================================
+# errors
+# ============================================================================================
+
+
+def test_kv_heads_must_divide_heads():
+    with pytest.raises(ValueError, match="n_kv_heads must divide n_heads.*n_kv_heads = 3"):
+        GroupedQueryAttention(32, 4, 3)
+
+
+def test_heads_must_have_an_even_size():
+    with pytest.raises(ValueError, match="heads of even size"):
+        GroupedQueryAttention(12, 4, 2)  # Dh = 3
+
+
+def test_cross_attention_is_refused(rng):
+    gqa = GroupedQueryAttention(16, 4, 2, rng=rng)
+    with pytest.raises(ValueError, match="self-attention only: x_kv must be None"):
+        gqa(np.ones((1, 2, 16)), np.ones((1, 3, 16)))
+
+
+def test_wrong_width_is_named(rng):
+    with pytest.raises(ValueError, match="x_q must have last dimension d_model = 16"):
+        GroupedQueryAttention(16, 4, 2, rng=rng)(np.ones((1, 2, 8)))
+
+
+def test_no_backward():
+    gqa = GroupedQueryAttention(16, 4, 2, rng=0)
+    gqa(np.ones((1, 2, 16)))
+    with pytest.raises(NotImplementedError, match="inference only"):
+        gqa.backward(np.ones((1, 2, 16)))
+
+
+# ============================================================================================
+# reference (Hugging Face transformers)
+# ============================================================================================
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+def test_matches_llama_attention(torch, rng, dtype, tol, monkeypatch):
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    hf_llama_in_input_dtype(monkeypatch)  # its softmax would run in float32
+
+    cfg = LlamaConfig(vocab_size=10, d_model=48, n_layers=1, n_heads=6, n_kv_heads=2, d_ff=8)
+    tdtype = getattr(torch, np.dtype(dtype).name)
+    ref = LlamaAttention(hf_llama_config(cfg), layer_idx=0).to(tdtype)
+    gqa = GroupedQueryAttention(48, 6, 2, rope_base=cfg.rope_base, rng=rng, dtype=dtype)
+    with torch.no_grad():
+        for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj")):
+            getattr(ref, theirs).weight.copy_(to_torch(gqa.params[ours].T))
+        ref.o_proj.weight.copy_(to_torch(gqa.params["W_o"].T))
+    T = 11
+    x = rng.standard_normal((2, T, 48)).astype(dtype)
+    cos, sin = rope_angles(np.arange(T), 8, cfg.rope_base, dtype=dtype)
+    additive = to_torch(np.where(causal_mask(T), 0.0, -np.inf).astype(dtype))[None, None]
+    out_ref, w_ref = ref(to_torch(x), (to_torch(cos)[None], to_torch(sin)[None]), additive)
+    out, w = gqa(x, mask=causal_mask(T))
+    np.testing.assert_allclose(out, out_ref.detach().numpy(), rtol=0, atol=tol)
+    np.testing.assert_allclose(w, w_ref.detach().numpy(), rtol=0, atol=tol)
