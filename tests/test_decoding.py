@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from transformer_np import Dropout
-from transformer_np.decoding import generate, sample_next, translate
+from transformer_np.decoding import generate, sample_next, stream, translate
 from transformer_np.functional import softmax
 
 from helpers import small_language_model, small_transformer
@@ -228,6 +228,34 @@ def test_translate_restores_the_callers_mode(mode, use_cache):
     translate(model, SRC, 3, bos_id=1, eos_id=2, use_cache=use_cache)
     assert model.training is mode
     assert all(d.training is mode for d in [m for m in model.modules() if isinstance(m, Dropout)])
+
+
+# ------------------------------------------------------------------ streaming
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_stream_yields_the_tokens_of_generate(temperature):
+    lm = small_language_model(max_len=16)
+    prompt = np.array([[1, 2, 3], [4, 5, 6]])
+    steps = list(stream(lm, prompt, 20, temperature=temperature, rng=3))
+    assert len(steps) == 20 and steps[0].shape == (2,)
+    expected = generate(lm, prompt, 20, temperature=temperature, rng=3)[:, 3:]
+    np.testing.assert_array_equal(np.stack(steps, axis=1), expected)
+
+
+def test_stream_stopped_early_restores_the_training_mode():
+    lm = small_language_model()
+    lm.train()
+    for i, _ in enumerate(stream(lm, np.array([[1, 2]]), 50)):
+        assert not lm.training  # dropout off while generating
+        if i == 2:
+            break
+    assert lm.training
+
+
+def test_stream_checks_its_arguments_when_called():
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        stream(small_language_model(), np.array([[1, 2]]), 0)  # no iteration needed
 
 
 # ============================================================================================

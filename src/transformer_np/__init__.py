@@ -36,7 +36,7 @@ from .blocks import DecoderBlock, EncoderBlock
 from .blockwise import blockwise_attention
 from .checkpoints import load_model, save_model
 from .config import LanguageModelConfig, LlamaConfig, TransformerConfig
-from .decoding import generate, sample_next, translate
+from .decoding import generate, sample_next, stream, translate
 from .embedding import Embedding, TiedOutput
 from .feed_forward import FeedForward
 from .functional import (
@@ -92,6 +92,7 @@ __all__ = [
     "cross_entropy",
     "fit",
     "generate",
+    "stream",
     "load_model",
     "noam_lr",
     "sample_next",

@@ -33,7 +33,7 @@ from .model import LanguageModel, Transformer, check_ids
 from .module import running
 from .multi_head import KVCache
 
-__all__ = ["generate", "sample_next", "translate"]
+__all__ = ["generate", "sample_next", "stream", "translate"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,6 +217,69 @@ def generate(
     >>> bool((out == generate(lm, np.array([[1, 2, 3]]), 12, use_cache=False)).all())
     True
     """
+    args = check_generation(model, prompt, max_new_tokens, temperature, top_k, rng, use_cache, keep)
+    was_training = model.training
+    model.eval()
+    try:
+        with running():  # the arguments are checked: the layers run without checks
+            steps = list(generate_tokens(model, *args))
+    finally:
+        model.train(was_training)
+    return np.concatenate([args[0], np.stack(steps, axis=1)], axis=1)  # (B, T0 + new)
+
+
+def stream(
+    model: LanguageModel | LlamaModel,
+    prompt,
+    max_new_tokens,
+    *,
+    temperature=0.0,
+    top_k=None,
+    rng=None,
+    use_cache=True,
+    keep=None,
+):
+    """Like :func:`generate`, but yield the new tokens one step at a time, as they come.
+
+    Yields
+    ------
+    ndarray of int64, shape (B,)
+        The token chosen for each sequence at this step. Stop iterating (``break``) to end
+        generation early, e.g. at an end-of-turn token; the model is then put back in the mode
+        it was in.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from transformer_np.model import LanguageModel, LanguageModelConfig
+    >>> lm = LanguageModel(LanguageModelConfig(vocab_size=10, d_model=16, n_heads=2), rng=0)
+    >>> steps = [int(t[0]) for t in stream(lm, np.array([[1, 2, 3]]), 5)]
+    >>> steps == generate(lm, np.array([[1, 2, 3]]), 5)[0, 3:].tolist()
+    True
+    """
+    args = check_generation(model, prompt, max_new_tokens, temperature, top_k, rng, use_cache, keep)
+    return stream_tokens(model, args)  # the arguments are checked now, not at the first step
+
+
+def stream_tokens(model, args):
+    """The generator behind :func:`stream`: the model in eval mode while it runs."""
+    was_training = model.training
+    model.eval()
+    steps = generate_tokens(model, *args)
+    try:
+        while True:
+            with running():  # only while the model runs: the caller's code keeps its checks
+                token = next(steps, None)
+            if token is None:
+                return
+            yield token
+    finally:
+        model.train(was_training)
+
+
+def check_generation(model, prompt, max_new_tokens, temperature, top_k, rng, use_cache, keep):
+    """The arguments of :func:`generate` checked: (prompt, total, temperature, top_k, rng,
+    use_cache, keep) ready for :func:`generate_tokens`."""
     if not isinstance(model, LanguageModel | LlamaModel):
         raise TypeError(
             f"model must be a LanguageModel or a LlamaModel, got {type(model).__name__}"
@@ -224,7 +287,7 @@ def generate(
     cfg = model.config
     prompt = check_ids(prompt, "prompt", cfg.vocab_size, cfg.max_len)
     n_new = check_positive_int(max_new_tokens, "max_new_tokens")
-    check_sampling(temperature, top_k, cfg.vocab_size)
+    temperature = check_sampling(temperature, top_k, cfg.vocab_size)
     use_cache = check_bool(use_cache, "use_cache")
     T0 = prompt.shape[1]
     total = T0 + n_new
@@ -250,18 +313,13 @@ def generate(
         raise ValueError(f"keep must be an integer in [1, max_len = {cfg.max_len}), got {keep}")
     keep = int(keep)
     rng = check_rng(rng)
-    was_training = model.training
-    model.eval()
-    try:
-        with running():  # the arguments are checked: the layers run without checks
-            return generate_tokens(model, prompt, total, temperature, top_k, rng, use_cache, keep)
-    finally:
-        model.train(was_training)
+    return prompt, total, temperature, top_k, rng, use_cache, keep
 
 
 # --8<-- [start:generate_loop]
 def generate_tokens(model, prompt, total, temperature, top_k, rng, use_cache, keep):
-    """The loop of :func:`generate`, on checked arguments, with the model in eval mode."""
+    """The loop of :func:`generate`, on checked arguments, with the model in eval mode: yield
+    each step's new tokens (B,)."""
     cfg = model.config
     B, T0 = prompt.shape
     out = np.zeros((B, total), dtype=np.int64)
@@ -272,6 +330,7 @@ def generate_tokens(model, prompt, total, temperature, top_k, rng, use_cache, ke
     logits = model(prompt, kv_cache=cache)[:, -1]  # the whole prompt at once (the prefill)
     for t in range(T0, total):
         out[:, t] = choose_next(logits, temperature, top_k, rng)
+        yield out[:, t].copy()
         if t + 1 == total:
             break
         full = t + 1 - start > cfg.max_len
@@ -285,7 +344,6 @@ def generate_tokens(model, prompt, total, temperature, top_k, rng, use_cache, ke
             logits = model(out[:, start : t + 1], kv_cache=cache)[:, -1]
         else:  # one new token: its keys and values join the cache
             logits = model(out[:, t : t + 1], kv_cache=cache)[:, -1]
-    return out
 
 
 # --8<-- [end:generate_loop]
