@@ -34,6 +34,7 @@ __all__ = [
     "dequantize_q4_1",
     "dequantize_q8_0",
     "find_smollm2_file",
+    "iter_smollm2_weights",
     "permute_qk",
     "read_gguf",
     "smollm2_config",
@@ -174,7 +175,7 @@ def dequantize(tensor: GGUFTensor, dtype=np.float32) -> np.ndarray:
     """The values of ``tensor`` as a new array of ``dtype`` and shape ``tensor.shape`` (out, in).
 
     Computed in ``dtype``: in float32 the result equals ``gguf.quants.dequantize`` bit for bit;
-    in float64 ``d * q + m`` is exact (fp16 times a small integer, plus fp16).
+    in float64 ``d * q + m`` rounds less (fp16 times a 4-bit integer is exact in both).
     """
     kind = tensor.type_name
     if kind in ("F32", "F16"):
