@@ -4,12 +4,13 @@
 #                (SITE_URL=https://... for the published base URL, REPO_URL=... for the repository)
 #   make test    install everything (PyTorch, Playwright, Chromium...) and run the whole test suite
 # Reference values and benchmarks (not part of the tests):
-#   make reference    rerun sentence-transformers (in .venv-ref) to rewrite the MiniLM reference
-#                     in src/transformer_np/data/minilm_reference.*
+#   make reference    rerun sentence-transformers and transformers (in .venv-ref) to rewrite the
+#                     MiniLM and SmolLM2 references in src/transformer_np/data/*_reference.*
 #   make bench        every benchmark script, rewriting their results in src/transformer_np/data/
 #                     (and the attention tables in benchmarks/results/): MiniLM against
-#                     sentence-transformers in .venv-ref; attention and the training step against
-#                     PyTorch in .venv; decoding with and without the cache
+#                     sentence-transformers and SmolLM2 against transformers, in .venv-ref;
+#                     attention and the training step against PyTorch in .venv; decoding with
+#                     and without the cache
 
 PYTHON  ?= python3
 VENV    ?= .venv
@@ -39,7 +40,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: help install install-site browser serve site test lint format clean reference bench
 
 help:
-	@sed -n '2,13p' Makefile
+	@sed -n '2,14p' Makefile
 
 $(SITE_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -97,6 +98,7 @@ $(REF_STAMP): Makefile
 
 reference: $(REF_STAMP)
 	HF_HUB_OFFLINE=1 $(REF_VENV)/bin/python scripts/make_minilm_reference.py
+	HF_HUB_OFFLINE=1 $(REF_VENV)/bin/python scripts/make_smollm2_reference.py
 
 bench: $(TEST_STAMP) $(REF_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_minilm.py --ref-python $(REF_VENV)/bin/python \
@@ -106,6 +108,8 @@ bench: $(TEST_STAMP) $(REF_STAMP)
 	$(PY) benchmarks/bench_attention.py
 	$(PY) benchmarks/bench_train_step.py
 	$(PY) benchmarks/bench_decoding.py --new 200 500 --json $(DATA)/decoding.json
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_smollm2.py --ref-python $(REF_VENV)/bin/python \
+		--rounds 3 --json $(DATA)/smollm2_bench.json
 
 clean:
 	rm -rf site build .pytest_cache .ruff_cache test-artifacts .cache
