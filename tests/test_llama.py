@@ -199,3 +199,10 @@ def test_greedy_tokens_match_transformers_generate(torch, rng, monkeypatch):
         expected = ref.generate(torch.from_numpy(prompt), max_new_tokens=20, min_new_tokens=20,
                                 do_sample=False, pad_token_id=0)  # fmt: skip
     np.testing.assert_array_equal(generate(model, prompt, 20), expected.numpy())
+
+
+def test_init_false_builds_zero_matrices_and_unit_gains():
+    model = LlamaModel(LlamaConfig(**SMALL), init=False)
+    for name, value in model.params.items():
+        expected = 1.0 if name.endswith("gamma") else 0.0
+        assert np.all(value == expected), name

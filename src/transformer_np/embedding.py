@@ -30,6 +30,8 @@ class Embedding(Module):
         Multiply the looked-up vectors by sqrt(d_model), as in the paper (section 3.4).
     rng : np.random.Generator or int, optional
     dtype : {np.float64, np.float32}, default np.float64
+    init : bool, default True
+        False leaves ``W`` at zero (for a loader that sets it).
 
     Attributes
     ----------
@@ -53,7 +55,7 @@ class Embedding(Module):
     (2, 3, 16)
     """
 
-    def __init__(self, vocab_size, d_model, *, scale=True, rng=None, dtype=np.float64):
+    def __init__(self, vocab_size, d_model, *, scale=True, rng=None, dtype=np.float64, init=True):
         super().__init__()
         self.vocab_size = check_positive_int(vocab_size, "vocab_size")
         self.d_model = check_positive_int(d_model, "d_model")
@@ -61,6 +63,9 @@ class Embedding(Module):
         self.scale = bool(scale)
         dtype = check_dtype(dtype)
         rng = check_rng(rng)
+        if not check_bool(init, "init"):  # a loader will overwrite W: zeros, no random draw
+            self.params["W"] = np.zeros((self.vocab_size, self.d_model), dtype)
+            return
         std = 1.0 / math.sqrt(self.d_model)
         W = std * rng.standard_normal((self.vocab_size, self.d_model))
         self.params["W"] = W.astype(dtype)

@@ -41,6 +41,8 @@ class GroupedQueryAttention(MultiHeadAttention):
         The base theta of the rotary frequencies (SmolLM2: 100000).
     rng : np.random.Generator or int, optional
     dtype : {np.float64, np.float32}, default np.float64
+    init : bool, default True
+        False leaves the matrices at zero (for a loader that sets every one).
 
     Attributes
     ----------
@@ -70,7 +72,7 @@ class GroupedQueryAttention(MultiHeadAttention):
     """
 
     def __init__(self, d_model, n_heads, n_kv_heads, *, rope_base=10000.0, rng=None,
-                 dtype=np.float64):  # fmt: skip
+                 dtype=np.float64, init=True):  # fmt: skip
         Module.__init__(self)
         d_model = check_positive_int(d_model, "d_model")
         n_heads = check_positive_int(n_heads, "n_heads")
@@ -91,6 +93,9 @@ class GroupedQueryAttention(MultiHeadAttention):
         self.has_bias = False
         dtype, rng = check_dtype(dtype), check_rng(rng)
         for name, shape in self.expected_shapes().items():
+            if not init:  # a loader will overwrite them: zeros, no random draw
+                self.params[name] = np.zeros(shape, dtype)
+                continue
             limit = math.sqrt(6.0 / sum(shape))  # Xavier/Glorot uniform
             self.params[name] = rng.uniform(-limit, limit, shape).astype(dtype)
 

@@ -41,6 +41,8 @@ class SwiGLU(Module):
         Hidden features F (> 0).
     rng : np.random.Generator or int, optional
     dtype : {np.float64, np.float32}, default np.float64
+    init : bool, default True
+        False leaves the matrices at zero (for a loader that sets every one).
 
     Attributes
     ----------
@@ -61,13 +63,16 @@ class SwiGLU(Module):
     (2, 3, 8)
     """
 
-    def __init__(self, d_model, d_ff, *, rng=None, dtype=np.float64):
+    def __init__(self, d_model, d_ff, *, rng=None, dtype=np.float64, init=True):
         super().__init__()
         self.d_model = check_positive_int(d_model, "d_model")
         self.d_ff = check_positive_int(d_ff, "d_ff")
         dtype, rng = check_dtype(dtype), check_rng(rng)
         limit = math.sqrt(6.0 / (d_model + d_ff))
         for name, shape in self.expected_shapes().items():
+            if not init:  # a loader will overwrite them: zeros, no random draw
+                self.params[name] = np.zeros(shape, dtype)
+                continue
             self.params[name] = rng.uniform(-limit, limit, shape).astype(dtype)
 
     def __repr__(self):

@@ -242,7 +242,7 @@ def load_smollm2(dtype=np.float32, path: str | Path | None = None):
         **{k: numbers[k] for k in ("n_kv_heads", "d_ff", "max_len", "rope_base", "eps")},
         dtype=dtype.name,
     )
-    model = LlamaModel(config, rng=0)  # random weights, every one overwritten below
+    model = LlamaModel(config, init=False)  # zero weights, every one set below
     params = model.params
     expected = set(params.keys())
     # One tensor at a time: dequantized, checked, stored (no second copy of the whole model).
