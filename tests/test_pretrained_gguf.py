@@ -275,3 +275,15 @@ def test_smollm2_weights_reject_files_of_another_model(model_file):
     del missing["blk.3.ffn_up.weight"]
     with pytest.raises(ModelFileError, match="no tensor 'blk.3.ffn_up.weight'"):
         g.smollm2_weights(g.GGUFFile(model_file.path, model_file.metadata, missing))
+
+
+def test_reading_the_same_file_again_reuses_the_parse(tmp_path):
+    path = g.find_smollm2_file()
+    assert g.read_gguf(path) is g.read_gguf(path)
+    copy = tmp_path / "copy.gguf"
+    copy.write_bytes(path.read_bytes())
+    first = g.read_gguf(copy)
+    assert first is not g.read_gguf(path) and first.metadata["llama.block_count"] == 30
+    copy.write_bytes(path.read_bytes()[: 1 << 20])  # the file changed: it is read again
+    with pytest.raises(ModelFileError, match="damaged or truncated"):
+        g.read_gguf(copy)
