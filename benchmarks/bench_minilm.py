@@ -33,14 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from timed_calls import TimedProcess, cpu_model, serve
-
-THREAD_VARS = (
-    "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "TRANSFORMER_NP_NUM_THREADS",
-)
+from timed_calls import THREAD_VARS, TimedProcess, cpu_model, serve
 
 
 def _threads_from_argv() -> str | None:

@@ -47,14 +47,8 @@ import sys
 import time
 from pathlib import Path
 
-from timed_calls import TimedProcess, cpu_model
+from timed_calls import THREAD_VARS, TimedProcess, cpu_model
 
-THREAD_VARS = (
-    "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "TRANSFORMER_NP_NUM_THREADS",
-)
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REF_PYTHON = ROOT / ".venv-ref" / "bin" / "python"
 DEFAULT_JSON = ROOT / "src" / "transformer_np" / "data" / "smollm2_bench.json"

@@ -22,6 +22,15 @@ import sys
 import time
 from collections.abc import Callable
 
+#: The variables that set how many threads BLAS, OpenMP and our kernels use: a benchmark sets all
+#: of them in each side's process, so that both sides run on the same threads.
+THREAD_VARS = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "TRANSFORMER_NP_NUM_THREADS",
+)
+
 
 def cpu_model() -> str:
     """The CPU's model name (from ``/proc/cpuinfo`` on Linux), for the results files."""

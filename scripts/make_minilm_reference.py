@@ -19,8 +19,6 @@ both small: package data, read by the tests and by the MiniLM page (also from th
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata as md
 import json
 import os
 import platform
@@ -32,6 +30,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from reference_common import sha256, version  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_NPZ = ROOT / "src" / "transformer_np" / "data" / "minilm_reference.npz"
@@ -89,21 +88,6 @@ SENTENCES = [
 
 # The sentence whose attention weights (every layer, every head) are stored.
 ATTENTION_SENTENCE = "Il gatto che ho visto ieri dormiva sul divano."
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def version(dist: str) -> str:
-    try:
-        return md.version(dist)
-    except md.PackageNotFoundError:
-        return "not installed"
 
 
 def main() -> None:

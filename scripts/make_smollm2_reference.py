@@ -49,8 +49,6 @@ settings, checksum of the GGUF file, greedy texts, the notes above).
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata as md
 import importlib.util
 import json
 import os
@@ -65,6 +63,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from reference_common import sha256, version  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_NPZ = ROOT / "src" / "transformer_np" / "data" / "smollm2_reference.npz"
@@ -116,21 +115,6 @@ GREEDY_PROMPTS = ["short_en", "code", "chat"]
 NEW_TOKENS = 24
 N_RANDOM_IDS = 256  # vocabulary ids, the same for every prompt, drawn with default_rng(0)
 TOP_K = 5  # plus, at every position, the top-5 ids of the float64 logits
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def version(dist: str) -> str:
-    try:
-        return md.version(dist)
-    except md.PackageNotFoundError:
-        return "not installed"
 
 
 def gguf_path() -> Path:
