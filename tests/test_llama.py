@@ -106,8 +106,12 @@ def test_ids_out_of_range_are_named(rng):
 
 
 def test_prompt_longer_than_the_context_is_refused(rng):
-    with pytest.raises(ValueError, match="max_len = 64"):
-        small_llama(rng)(np.zeros((1, 65), dtype=int))
+    model = small_llama(rng)
+    message = r"longer than the context the model was trained for \(max_len = 64\); shorten"
+    with pytest.raises(ValueError, match=message):
+        model(np.zeros((1, 65), dtype=int))
+    with pytest.raises(ValueError, match=message):
+        generate(model, np.zeros((1, 65), dtype=int), 2)
 
 
 def test_empty_prompt_is_refused(rng):

@@ -28,7 +28,7 @@ from ._validation import (
     check_rng,
     shape_str,
 )
-from .llama import LlamaModel
+from .llama import CONTEXT_LIMIT, LlamaModel
 from .model import LanguageModel, Transformer, check_ids
 from .module import running
 from .multi_head import KVCache
@@ -285,7 +285,8 @@ def check_generation(model, prompt, max_new_tokens, temperature, top_k, rng, use
             f"model must be a LanguageModel or a LlamaModel, got {type(model).__name__}"
         )
     cfg = model.config
-    prompt = check_ids(prompt, "prompt", cfg.vocab_size, cfg.max_len)
+    limit = CONTEXT_LIMIT if isinstance(model, LlamaModel) else {}
+    prompt = check_ids(prompt, "prompt", cfg.vocab_size, cfg.max_len, **limit)
     n_new = check_positive_int(max_new_tokens, "max_new_tokens")
     temperature = check_sampling(temperature, top_k, cfg.vocab_size)
     use_cache = check_bool(use_cache, "use_cache")

@@ -39,6 +39,12 @@ from .swiglu import SwiGLU
 
 __all__ = ["LlamaBlock", "LlamaConfig", "LlamaModel"]
 
+# What max_len is for this model, in the error for a sequence too long (see check_ids).
+CONTEXT_LIMIT = {
+    "limit": "the context the model was trained for",
+    "fix": "shorten the prompt (keep its last max_len tokens)",
+}
+
 
 class LlamaBlock(EncoderBlock):
     r"""The pre-norm block of LLaMA: RMSNorm, grouped-query attention with RoPE, SwiGLU.
@@ -164,7 +170,7 @@ class LlamaModel(Module):
     def checked_call(self, ids):
         """Logits (B, T, V) of the next token at every position of ``ids`` (B, T)."""
         cfg = self.config
-        ids = check_ids(ids, "ids", cfg.vocab_size, cfg.max_len)
+        ids = check_ids(ids, "ids", cfg.vocab_size, cfg.max_len, **CONTEXT_LIMIT)
         return self.run_or_blame(self.forward, ids)
 
     # --8<-- [start:llama_forward]
