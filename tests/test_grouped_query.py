@@ -78,6 +78,17 @@ def test_unbatched_input(rng):
     assert w.shape == (4, 5, 5)
 
 
+def test_the_shared_angle_table_equals_rope_angles():
+    from transformer_np.grouped_query import rope_table
+
+    cos, sin = rope_table(37, 8, 500.0, np.float32)
+    assert cos.shape == (64, 8) and not cos.flags.writeable
+    ref_cos, ref_sin = rope_angles(np.arange(64), 8, 500.0, dtype=np.float32)
+    np.testing.assert_array_equal(cos, ref_cos)
+    np.testing.assert_array_equal(sin, ref_sin)
+    assert rope_table(40, 8, 500.0, np.float32)[0] is cos  # shared, not computed again
+
+
 # ============================================================================================
 # errors
 # ============================================================================================

@@ -13,6 +13,7 @@ H query heads, Hkv key/value heads, G = H / Hkv, Dh = D / H.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -24,6 +25,24 @@ from .multi_head import MultiHeadAttention, merge_heads, project, split_heads
 from .rope import apply_rope, rope_angles
 
 __all__ = ["GroupedQueryAttention"]
+
+
+def rope_table(n, d_head, base, dtype):
+    """cos and sin of :func:`~transformer_np.rope_angles` for positions 0 .. N-1, N >= n.
+
+    Every layer of a model rotates by the same angles, so they are computed once and shared
+    (read-only): N is n rounded up to a power of two, so a table serves many steps of
+    generation before a longer one is needed.
+    """
+    return angle_table(1 << max(n - 1, 0).bit_length(), d_head, float(base), np.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=8)
+def angle_table(n, d_head, base, dtype):
+    """The table of :func:`rope_table`, kept per (size, head size, base, dtype)."""
+    cos, sin = rope_angles(np.arange(n), d_head, base, dtype=dtype)  # (n, Dh) each
+    cos.flags.writeable = sin.flags.writeable = False
+    return cos, sin
 
 
 class GroupedQueryAttention(MultiHeadAttention):
@@ -132,7 +151,8 @@ class GroupedQueryAttention(MultiHeadAttention):
         v = split_heads(project(x2, p["W_v"]).reshape(B, T, Hkv * Dh), Hkv)  # (B, Hkv, T, Dh)
         # 2. rotate queries and keys by their positions (after the cached ones)
         start = 0 if kv_cache is None else kv_cache.length
-        cos, sin = rope_angles(np.arange(start, start + T), Dh, self.rope_base, dtype=x.dtype)
+        cos, sin = rope_table(start + T, Dh, self.rope_base, x.dtype)  # (>= start + T, Dh)
+        cos, sin = cos[start : start + T], sin[start : start + T]  # (T, Dh)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # (T, Dh) broadcast
         # 3. the key/value cache: keys and values of every position so far
         if kv_cache is not None:
