@@ -24,7 +24,7 @@ from .module import Module
 from .multi_head import MultiHeadAttention, merge_heads, project, split_heads
 from .rope import apply_rope, rope_angles
 
-__all__ = ["GroupedQueryAttention"]
+__all__ = ["GroupedQueryAttention", "rope_table"]
 
 
 def rope_table(n, d_head, base, dtype):
