@@ -10,6 +10,7 @@ figures, code).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import re
@@ -51,15 +52,19 @@ def relative_names(lang: str, suffix: str = ".md") -> list[str]:
     return [p.relative_to(DOCS / lang).as_posix() for p in pages(lang, suffix)]
 
 
-def page_url_path(lang: str, rel: str) -> str:
-    """URL path (from the site root) of the page docs/<lang>/<rel>."""
-    stem = rel.rsplit(".", 1)[0]
-    prefix = "" if lang == DEFAULT_LANGUAGE else f"{lang}/"
-    if stem == "index":
-        return prefix
-    if stem.endswith("/index"):
-        stem = stem[: -len("/index")]
-    return f"{prefix}{stem}/"
+def load_hook(filename: str):
+    """``hooks/<filename>``, loaded by path as MkDocs loads it, once per test session."""
+    name = Path(filename).stem + "_hook"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "hooks" / filename)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # before exec: its dataclasses look themselves up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+# URL path (from the site root) of the page docs/<lang>/<rel>: the hook's own rule.
+page_url_path = load_hook("chapter_notebooks.py").page_url_path
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import importlib.util
 import os
 import re
 import shutil
@@ -38,6 +37,7 @@ from doctools import (
     ROOT,
     RUN_INFO,
     fences,
+    load_hook,
     outside_fences,
     pages,
     python_blocks,
@@ -48,18 +48,7 @@ from doctools import (
 NOTEBOOKS = [p for lang in LANGUAGES for p in pages(lang, ".ipynb")]
 
 
-def _load_hook():
-    """hooks/chapter_notebooks.py, loaded by path as MkDocs loads it."""
-    name = "chapter_notebooks_hook"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "hooks" / "chapter_notebooks.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # before exec: its dataclasses look themselves up there
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-hook = _load_hook()
+hook = load_hook("chapter_notebooks.py")
 
 # A site address for the tests that need one (the notebook's links point into the site).
 SITE_URL = "https://example.org/transformer/"

@@ -20,7 +20,7 @@ import pytest
 
 import transformer_np
 
-from doctools import DOCS, LANGUAGES, mkdocs_config, page_url_path, pages
+from doctools import DOCS, LANGUAGES, load_hook, mkdocs_config, page_url_path, pages
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = "reference"
@@ -28,14 +28,7 @@ REFERENCE = "reference"
 NOT_API = {"examples"}
 
 
-def _load_hook():
-    spec = importlib.util.spec_from_file_location("api_links_hook", ROOT / "hooks" / "api_links.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-HOOK = _load_hook()
+HOOK = load_hook("api_links.py")
 
 
 def public_modules() -> list[str]:

@@ -19,6 +19,7 @@ from doctools import (
     DOCS,
     LANGUAGES,
     ROOT,
+    load_hook,
     notebook,
     page_url_path,
     pages,
@@ -96,18 +97,7 @@ def test_no_page_loads_anything_from_the_network(built_site):
 # The chapter notebooks (hooks/chapter_notebooks.py)
 
 
-def _load_chapter_hook():
-    """hooks/chapter_notebooks.py, loaded by path as MkDocs loads it."""
-    name = "chapter_notebooks_hook"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "hooks" / "chapter_notebooks.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # before exec: its dataclasses look themselves up there
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-chapter_hook = _load_chapter_hook()
+chapter_hook = load_hook("chapter_notebooks.py")
 CHAPTER_BUTTON = re.compile(
     r'<a class="md-button chapter-notebook-download" href="(?P<href>[^"]+)" '
     r'download="(?P<download>[^"]+)"[^>]*>(?P<body>.*?)</a>',
