@@ -3,8 +3,8 @@
 The public API, re-exported from the modules that define it:
 
 * :mod:`~transformer_np.module` -- Module, the base of every layer
-* :mod:`~transformer_np.functional` -- softmax, log_softmax, relu, gelu, erf, causal_mask,
-  padding_mask, layer_norm
+* :mod:`~transformer_np.functional` -- softmax, log_softmax, relu, gelu, erf, layer_norm
+* :mod:`~transformer_np.masks` -- causal_mask, padding_mask
 * :mod:`~transformer_np.attention` -- attention_steps, scaled_dot_product_attention
 * :mod:`~transformer_np.multi_head` -- MultiHeadAttention, split_heads, merge_heads, KVCache
 * :mod:`~transformer_np.positional` -- positional_encoding, positional_offset_matrix
@@ -39,20 +39,12 @@ from .config import LanguageModelConfig, LlamaConfig, TransformerConfig
 from .decoding import generate, sample_next, stream, translate
 from .embedding import Embedding, TiedOutput
 from .feed_forward import FeedForward
-from .functional import (
-    causal_mask,
-    erf,
-    gelu,
-    layer_norm,
-    log_softmax,
-    padding_mask,
-    relu,
-    softmax,
-)
+from .functional import erf, gelu, layer_norm, log_softmax, relu, softmax
 from .grouped_query import GroupedQueryAttention
 from .layers import Dropout, LayerNorm, Linear
 from .llama import LlamaBlock, LlamaModel
 from .losses import CrossEntropyLoss, cross_entropy
+from .masks import causal_mask, padding_mask
 from .model import LanguageModel, Transformer
 from .module import Module
 from .multi_head import KVCache, MultiHeadAttention, merge_heads, split_heads

@@ -23,9 +23,11 @@ __all__ = [
     "check_finite",
     "check_last_dim",
     "check_ndim",
+    "check_normalised",
     "check_positive_float",
     "check_positive_int",
     "check_rng",
+    "check_softmax_input",
     "compute_dtype",
     "first_index",
     "check_positive_number",
@@ -261,3 +263,37 @@ def check_step(step) -> int:
     if step < 1:
         raise ValueError(f"step must be >= 1 (steps are counted from 1), got {step}")
     return int(step)
+
+
+def check_softmax_input(x, axis, what: str) -> tuple[np.ndarray, int]:
+    """``(x, axis)`` checked for ``what`` (a softmax or a log-softmax) along ``axis``.
+
+    ``x`` must be a float array with at least one value along ``axis``, without NaN or +inf
+    (-inf is a masked entry: its weight is 0).
+    """
+    x = as_float_array(x, "x")
+    if x.ndim == 0:
+        raise ValueError("x must have at least one axis, got a 0-d array")
+    axis = check_axis(axis, x.ndim)
+    if x.shape[axis] == 0:
+        raise ValueError(
+            f"x has no values along axis {axis} (shape {shape_str(x.shape)}): {what} needs "
+            "at least one"
+        )
+    check_finite(x, "x", allow_neg_inf=True)
+    return x, axis
+
+
+def check_normalised(rstd: np.ndarray, x: np.ndarray, name: str) -> None:
+    """Raise ValueError if a row of finite ``x`` was too large for its dtype's layer norm.
+
+    ``rstd`` is the ``1 / sqrt(var + eps)`` of ``functional.layer_norm_forward``, one value per
+    row: an overflow of the mean or the variance makes it NaN or 0 (and the output wrong: a row
+    of zeros or NaN), so checking these few values is enough.
+    """
+    if not (np.isfinite(rstd).all() and (rstd > 0).all()):
+        raise ValueError(
+            f"{name} is too large to normalise in {rstd.dtype} (the mean or variance of a row "
+            f"overflows; largest |{name}| = {float(np.max(np.abs(x))):.3g}); scale it down or "
+            "use float64"
+        )

@@ -1,15 +1,14 @@
-"""Pure functions: softmax and log-softmax, ReLU, GELU and erf, masks, layer normalisation.
+"""Pure functions: softmax and log-softmax, ReLU, GELU and erf, layer normalisation.
 
 Everything here is stateless maths on NumPy arrays. The layers in :mod:`transformer_np.layers`
 and :mod:`transformer_np.attention` hold parameters and call these functions. Each public
 function first checks its input (errors that name the argument), then computes its formula.
 Two formulas need more than plain NumPy to be accurate and fast, the error function and the
 exact GELU: they call the kernels of :mod:`transformer_np._kernels.gelu`, which are tested equal
-to the formulas written here.
+to the formulas written here. The attention masks are in :mod:`transformer_np.masks`.
 
 Conventions
 -----------
-* A **mask** is boolean: ``True`` means "may attend", ``False`` means "blocked".
 * float32 in gives float32 out, float64 in gives float64 out; float16 is computed in float32
   and cast back.
 """
@@ -27,21 +26,19 @@ from ._kernels.gelu import gelu as _gelu_exact
 from ._kernels.softmax import softmax_inplace  # noqa: F401
 from ._validation import (
     as_float_array,
-    check_axis,
     check_finite,
+    check_normalised,
     check_positive_float,
-    check_positive_int,
+    check_softmax_input,
     compute_dtype,
     shape_str,
 )
 
 __all__ = [
-    "causal_mask",
     "erf",
     "gelu",
     "layer_norm",
     "log_softmax",
-    "padding_mask",
     "relu",
     "softmax",
 ]
@@ -157,25 +154,6 @@ def log_softmax_forward(x: np.ndarray, axis: int = -1) -> np.ndarray:
     total[total == 0] = 1
     # 4. x - m - log sum exp(x - m)
     return shifted - np.log(total)  # (..., V)
-
-
-def check_softmax_input(x, axis, what: str) -> tuple[np.ndarray, int]:
-    """``(x, axis)`` checked for ``what`` (a softmax or a log-softmax) along ``axis``.
-
-    ``x`` must be a float array with at least one value along ``axis``, without NaN or +inf
-    (-inf is a masked entry: its weight is 0).
-    """
-    x = as_float_array(x, "x")
-    if x.ndim == 0:
-        raise ValueError("x must have at least one axis, got a 0-d array")
-    axis = check_axis(axis, x.ndim)
-    if x.shape[axis] == 0:
-        raise ValueError(
-            f"x has no values along axis {axis} (shape {shape_str(x.shape)}): {what} needs "
-            "at least one"
-        )
-    check_finite(x, "x", allow_neg_inf=True)
-    return x, axis
 
 
 # --------------------------------------------------------------------------------------------
@@ -319,97 +297,6 @@ def gelu(x, approximate=False):
 
 
 # --------------------------------------------------------------------------------------------
-# masks
-# --------------------------------------------------------------------------------------------
-
-
-def causal_mask(n):
-    r"""Boolean causal (look-ahead) mask: position ``i`` may attend to positions ``j <= i``.
-
-    Parameters
-    ----------
-    n : int
-        Sequence length, > 0.
-
-    Returns
-    -------
-    ndarray of bool, shape (n, n)
-        ``mask[i, j]`` is True when query ``i`` may attend to key ``j`` (lower triangle and
-        diagonal). It broadcasts against scores of shape ``(..., n, n)``.
-
-    Notes
-    -----
-    .. math:: M_{ij} = [\, j \le i \,]
-
-    Examples
-    --------
-    >>> from transformer_np import causal_mask
-    >>> causal_mask(3).astype(int)
-    array([[1, 0, 0],
-           [1, 1, 0],
-           [1, 1, 1]])
-    """
-    n = check_positive_int(n, "n")
-    return np.tri(n, n, dtype=bool)
-
-
-def padding_mask(lengths, max_len=None):
-    r"""Boolean key-padding mask from the true lengths of the sequences of a batch.
-
-    Parameters
-    ----------
-    lengths : array_like of int, shape (B,)
-        Number of real (non-padding) tokens of each sequence, ``0 <= lengths[b] <= max_len``.
-        The real tokens are the first ``lengths[b]`` positions (right padding).
-    max_len : int, optional
-        Padded sequence length; defaults to ``max(lengths)``.
-
-    Returns
-    -------
-    ndarray of bool, shape (B, 1, 1, max_len)
-        True where the key is a real token. The two singleton axes broadcast over the heads
-        and the query positions of multi-head scores of shape ``(B, H, n_q, max_len)``; for
-        single-head scores ``(B, n_q, n_k)`` use ``mask[:, 0]`` of shape ``(B, 1, max_len)``.
-
-    Notes
-    -----
-    .. math:: M_{b,j} = [\, j < \mathrm{lengths}_b \,]
-
-    A sequence of length 0 blocks every key: its attention weights are all 0 and its output
-    is 0 (see :func:`~transformer_np.scaled_dot_product_attention`).
-
-    Examples
-    --------
-    >>> from transformer_np import padding_mask
-    >>> m = padding_mask([3, 1])
-    >>> m.shape
-    (2, 1, 1, 3)
-    >>> m[:, 0, 0].astype(int)
-    array([[1, 1, 1],
-           [1, 0, 0]])
-    """
-    arr = np.asarray(lengths)
-    if arr.dtype.kind not in "iu" or arr.dtype == bool:
-        raise TypeError(f"lengths must be an array of integers, got dtype {arr.dtype}")
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(
-            f"lengths must be a non-empty 1-D array (one length per sequence), "
-            f"got shape {shape_str(arr.shape)}"
-        )
-    if (arr < 0).any():
-        raise ValueError(f"lengths must be >= 0, got {arr.tolist()}")
-    if max_len is None:
-        max_len = int(arr.max())
-        if max_len == 0:
-            raise ValueError("every length is 0: pass max_len to say how long the padded batch is")
-    max_len = check_positive_int(max_len, "max_len")
-    if (arr > max_len).any():
-        raise ValueError(f"lengths must be <= max_len = {max_len}, got {arr.tolist()}")
-    mask = np.arange(max_len) < arr[:, None]  # (B, max_len)
-    return mask[:, None, None, :]  # (B, max_len) -> (B, 1, 1, max_len)
-
-
-# --------------------------------------------------------------------------------------------
 # layer normalisation
 # --------------------------------------------------------------------------------------------
 
@@ -509,18 +396,3 @@ def layer_norm(x, gamma, beta, eps=1e-5):
         )
     check_normalised(rstd, x, "x")
     return y.astype(x.dtype, copy=False)
-
-
-def check_normalised(rstd: np.ndarray, x: np.ndarray, name: str) -> None:
-    """Raise ValueError if a row of finite ``x`` was too large for its dtype's layer norm.
-
-    ``rstd`` is :func:`layer_norm_forward`'s ``1 / sqrt(var + eps)``, one value per row: an
-    overflow of the mean or the variance makes it NaN or 0 (and the output wrong: a row of zeros
-    or NaN), so checking these few values is enough.
-    """
-    if not (np.isfinite(rstd).all() and (rstd > 0).all()):
-        raise ValueError(
-            f"{name} is too large to normalise in {rstd.dtype} (the mean or variance of a row "
-            f"overflows; largest |{name}| = {float(np.max(np.abs(x))):.3g}); scale it down or "
-            "use float64"
-        )

@@ -28,9 +28,9 @@ from ._validation import check_rng
 from .blocks import EncoderBlock
 from .config import LlamaConfig
 from .embedding import Embedding
-from .functional import causal_mask
 from .grouped_query import GroupedQueryAttention
 from .layers import Dropout
+from .masks import causal_mask
 from .model import check_ids
 from .module import Module
 from .rmsnorm import RMSNorm

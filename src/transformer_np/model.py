@@ -19,8 +19,8 @@ from .attention import as_bool_mask
 from .blocks import check_memory
 from .config import LanguageModelConfig, TransformerConfig
 from .embedding import Embedding, TiedOutput
-from .functional import causal_mask
 from .layers import Dropout, Linear
+from .masks import causal_mask
 from .module import Module, as_grad, running
 from .positional import positional_encoding
 from .stacks import Decoder, Encoder
