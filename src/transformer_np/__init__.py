@@ -26,7 +26,8 @@ The public API, re-exported from the modules that define it:
 * :mod:`~transformer_np.schedule` -- noam_lr, NoamSchedule
 * :mod:`~transformer_np.train` -- train_step, fit, TrainingDiverged
 * :mod:`~transformer_np.checkpoints` -- save_model, load_model
-* :mod:`~transformer_np.decoding` -- generate, translate, sample_next
+* :mod:`~transformer_np.decoding` -- generate, stream, translate
+* :mod:`~transformer_np.sampling` -- sample_next (greedy, temperature, top-k)
 
 Loaders for real pretrained weights live in :mod:`transformer_np.pretrained` (extra dependencies).
 """
@@ -36,7 +37,7 @@ from .blocks import DecoderBlock, EncoderBlock
 from .blockwise import blockwise_attention
 from .checkpoints import load_model, save_model
 from .config import LanguageModelConfig, LlamaConfig, TransformerConfig
-from .decoding import generate, sample_next, stream, translate
+from .decoding import generate, stream, translate
 from .embedding import Embedding, TiedOutput
 from .feed_forward import FeedForward
 from .functional import erf, gelu, layer_norm, log_softmax, relu, softmax
@@ -52,6 +53,7 @@ from .optim import Adam, clip_grad_norm
 from .positional import positional_encoding, positional_offset_matrix
 from .rmsnorm import RMSNorm
 from .rope import apply_rope, rope_angles, rope_frequencies, rotate_half
+from .sampling import sample_next
 from .schedule import NoamSchedule, noam_lr
 from .stacks import Decoder, Encoder
 from .swiglu import SwiGLU, silu
