@@ -22,7 +22,8 @@ The public API, re-exported from the modules that define it:
 * :mod:`~transformer_np.llama` -- LlamaBlock, LlamaModel (a modern decoder-only model)
 * :mod:`~transformer_np.model` -- Transformer, LanguageModel
 * :mod:`~transformer_np.losses` -- cross_entropy, CrossEntropyLoss
-* :mod:`~transformer_np.optim` -- Adam, clip_grad_norm
+* :mod:`~transformer_np.optim` -- Adam
+* :mod:`~transformer_np.clipping` -- clip_grad_norm
 * :mod:`~transformer_np.schedule` -- noam_lr, NoamSchedule
 * :mod:`~transformer_np.train` -- train_step, fit, TrainingDiverged
 * :mod:`~transformer_np.checkpoints` -- save_model, load_model
@@ -36,6 +37,7 @@ from .attention import attention_backward, attention_steps, scaled_dot_product_a
 from .blocks import DecoderBlock, EncoderBlock
 from .blockwise import blockwise_attention
 from .checkpoints import load_model, save_model
+from .clipping import clip_grad_norm
 from .config import LanguageModelConfig, LlamaConfig, TransformerConfig
 from .decoding import generate, stream, translate
 from .embedding import Embedding, TiedOutput
@@ -49,7 +51,7 @@ from .masks import causal_mask, padding_mask
 from .model import LanguageModel, Transformer
 from .module import Module
 from .multi_head import KVCache, MultiHeadAttention, merge_heads, split_heads
-from .optim import Adam, clip_grad_norm
+from .optim import Adam
 from .positional import positional_encoding, positional_offset_matrix
 from .rmsnorm import RMSNorm
 from .rope import apply_rope, rope_angles, rope_frequencies, rotate_half

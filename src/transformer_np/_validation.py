@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -30,6 +31,7 @@ __all__ = [
     "check_softmax_input",
     "compute_dtype",
     "first_index",
+    "grad_arrays",
     "check_positive_number",
     "check_step",
     "real_scalar",
@@ -297,3 +299,30 @@ def check_normalised(rstd: np.ndarray, x: np.ndarray, name: str) -> None:
             f"overflows; largest |{name}| = {float(np.max(np.abs(x))):.3g}); scale it down or "
             "use float64"
         )
+
+
+def grad_arrays(grads, name="grads", *, in_place=False):
+    """Check a dict of gradients and return it as ``{key: ndarray}`` (no copy of ndarrays).
+
+    Every value must be a real numeric array. With ``in_place`` (the arrays will be modified)
+    each must already be a floating-point ndarray: a list or an integer array cannot be scaled
+    in place. Nothing is modified here.
+    """
+    if not isinstance(grads, Mapping):
+        raise TypeError(
+            f"{name} must be a dict name -> ndarray (as model.gradients() returns), "
+            f"got {type_name(grads)}"
+        )
+    arrays = {}
+    for key, g in grads.items():
+        what = f"{name}[{key!r}]"
+        if in_place:
+            if not isinstance(g, np.ndarray) or g.dtype.kind != "f":
+                got = f"dtype {g.dtype}" if isinstance(g, np.ndarray) else type_name(g)
+                raise TypeError(
+                    f"{what} must be a floating-point ndarray (it is scaled in place), got {got}"
+                )
+        else:
+            g = as_typed_array(g, what, "fiu", "an array of real numbers")
+        arrays[key] = g
+    return arrays

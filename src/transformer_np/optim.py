@@ -1,4 +1,4 @@
-"""Optimisation: Adam and clipping by global norm (the warm-up schedule is in schedule.py).
+"""Optimisation: Adam (the warm-up schedule is in schedule.py, clipping in clipping.py).
 
 Parameters and gradients are plain dicts ``name -> ndarray`` with the same keys (what
 ``model.parameters()`` and ``model.gradients()`` return). Adam updates the parameter arrays in
@@ -18,121 +18,14 @@ from ._validation import (
     check_finite,
     check_positive_number,
     check_step,
+    grad_arrays,
     real_scalar,
     shape_str,
     type_name,
 )
 from .schedule import NoamSchedule, noam_lr  # re-exported: transformer_np.optim.noam_lr
 
-__all__ = ["Adam", "NoamSchedule", "noam_lr", "clip_grad_norm", "global_norm"]
-
-
-def _grad_arrays(grads, name="grads", *, in_place=False):
-    """Check a dict of gradients and return it as ``{key: ndarray}`` (no copy of ndarrays).
-
-    Every value must be a real numeric array. With ``in_place`` (the arrays will be modified)
-    each must already be a floating-point ndarray: a list or an integer array cannot be scaled
-    in place. Nothing is modified here.
-    """
-    if not isinstance(grads, Mapping):
-        raise TypeError(
-            f"{name} must be a dict name -> ndarray (as model.gradients() returns), "
-            f"got {type_name(grads)}"
-        )
-    arrays = {}
-    for key, g in grads.items():
-        what = f"{name}[{key!r}]"
-        if in_place:
-            if not isinstance(g, np.ndarray) or g.dtype.kind != "f":
-                got = f"dtype {g.dtype}" if isinstance(g, np.ndarray) else type_name(g)
-                raise TypeError(
-                    f"{what} must be a floating-point ndarray (it is scaled in place), got {got}"
-                )
-        else:
-            g = as_typed_array(g, what, "fiu", "an array of real numbers")
-        arrays[key] = g
-    return arrays
-
-
-def global_norm(grads):
-    """Euclidean norm of all gradients taken together, ``sqrt(sum_k ||g_k||^2)``.
-
-    Parameters
-    ----------
-    grads : dict of str to ndarray
-        Real numeric arrays (integer arrays are summed in float64, so they do not overflow).
-
-    Returns
-    -------
-    float
-        The norm; NaN or inf if a gradient holds NaN or inf, or if the sum of squares
-        overflows the gradients' dtype.
-
-    Raises
-    ------
-    TypeError
-        If ``grads`` is not a dict of real numeric arrays.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> global_norm({"a": np.array([3.0]), "b": np.array([[4.0]])})
-    5.0
-    """
-    total = 0.0
-    for g in _grad_arrays(grads).values():
-        flat = g.reshape(-1)
-        if flat.dtype.kind != "f":
-            flat = flat.astype(np.float64)  # an integer dot product would overflow silently
-        total += float(np.dot(flat, flat))
-    return math.sqrt(total)
-
-
-def clip_grad_norm(grads, max_norm):
-    """Scale all gradients in place so that their global norm is at most ``max_norm``.
-
-    Parameters
-    ----------
-    grads : dict of str to ndarray
-        Gradients, modified in place (so floating-point ndarrays).
-    max_norm : float
-        Largest allowed global norm (positive).
-
-    Returns
-    -------
-    float
-        The global norm *before* clipping (useful to log; NaN or inf means the step diverged,
-        and then the gradients are left as they are).
-
-    Raises
-    ------
-    TypeError
-        If ``grads`` is not a dict of floating-point ndarrays (a list or an integer array cannot
-        be scaled in place). Nothing is modified.
-    ValueError
-        If ``max_norm`` is not a positive finite number.
-
-    Notes
-    -----
-    .. math:: g \\leftarrow g \\cdot \\min\\left(1, \\frac{c}{\\lVert g \\rVert_2 + 10^{-6}}\\right)
-
-    as ``torch.nn.utils.clip_grad_norm_``. The direction of the update is kept.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> g = {"w": np.array([3.0, 4.0])}
-    >>> clip_grad_norm(g, 1.0), g["w"].round(3).tolist()
-    (5.0, [0.6, 0.8])
-    """
-    max_norm = check_positive_number("max_norm", max_norm)
-    arrays = _grad_arrays(grads, in_place=True)
-    norm = global_norm(arrays)
-    if math.isfinite(norm) and norm > max_norm:
-        scale = max_norm / (norm + 1e-6)
-        for g in arrays.values():
-            g *= scale
-    return norm
+__all__ = ["Adam", "NoamSchedule", "noam_lr"]
 
 
 class Adam:
@@ -341,7 +234,7 @@ class Adam:
             raise ValueError(
                 f"grads must have the keys of params; missing {missing}, extra {extra}"
             )
-        arrays = _grad_arrays(grads)
+        arrays = grad_arrays(grads)
         for k, p in zip(self._names, self._arrays, strict=True):
             if arrays[k].shape != p.shape:
                 raise ValueError(

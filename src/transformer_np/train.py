@@ -28,9 +28,10 @@ from tqdm import tqdm
 from ._kernels.threads import blas_single_threaded
 from ._validation import check_bool, check_positive_float, check_positive_int
 from .checkpoints import checkpoint_path, load_model, save_model
+from .clipping import clip_grad_norm, global_norm
 from .losses import CrossEntropyLoss
 from .model import LanguageModel, Transformer
-from .optim import Adam, clip_grad_norm, global_norm
+from .optim import Adam
 
 # save_model and load_model moved to checkpoints.py; they stay importable from here.
 __all__ = ["TrainingDiverged", "fit", "load_model", "save_model", "train_step"]

@@ -1,0 +1,98 @@
+"""Gradient clipping by global norm: all gradients scaled together, their direction kept.
+
+Gradients are plain dicts ``name -> ndarray`` (what ``model.gradients()`` returns).
+:func:`global_norm` measures them all as one vector; :func:`clip_grad_norm` scales them in place
+so that this norm is at most ``max_norm``, as ``torch.nn.utils.clip_grad_norm_`` does.
+:func:`~transformer_np.train_step` calls it before every Adam step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._validation import check_positive_number, grad_arrays
+
+__all__ = ["clip_grad_norm", "global_norm"]
+
+
+def global_norm(grads):
+    """Euclidean norm of all gradients taken together, ``sqrt(sum_k ||g_k||^2)``.
+
+    Parameters
+    ----------
+    grads : dict of str to ndarray
+        Real numeric arrays (integer arrays are summed in float64, so they do not overflow).
+
+    Returns
+    -------
+    float
+        The norm; NaN or inf if a gradient holds NaN or inf, or if the sum of squares
+        overflows the gradients' dtype.
+
+    Raises
+    ------
+    TypeError
+        If ``grads`` is not a dict of real numeric arrays.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> global_norm({"a": np.array([3.0]), "b": np.array([[4.0]])})
+    5.0
+    """
+    total = 0.0
+    for g in grad_arrays(grads).values():
+        flat = g.reshape(-1)
+        if flat.dtype.kind != "f":
+            flat = flat.astype(np.float64)  # an integer dot product would overflow silently
+        total += float(np.dot(flat, flat))
+    return math.sqrt(total)
+
+
+def clip_grad_norm(grads, max_norm):
+    """Scale all gradients in place so that their global norm is at most ``max_norm``.
+
+    Parameters
+    ----------
+    grads : dict of str to ndarray
+        Gradients, modified in place (so floating-point ndarrays).
+    max_norm : float
+        Largest allowed global norm (positive).
+
+    Returns
+    -------
+    float
+        The global norm *before* clipping (useful to log; NaN or inf means the step diverged,
+        and then the gradients are left as they are).
+
+    Raises
+    ------
+    TypeError
+        If ``grads`` is not a dict of floating-point ndarrays (a list or an integer array cannot
+        be scaled in place). Nothing is modified.
+    ValueError
+        If ``max_norm`` is not a positive finite number.
+
+    Notes
+    -----
+    .. math:: g \\leftarrow g \\cdot \\min\\left(1, \\frac{c}{\\lVert g \\rVert_2 + 10^{-6}}\\right)
+
+    as ``torch.nn.utils.clip_grad_norm_``. The direction of the update is kept.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> g = {"w": np.array([3.0, 4.0])}
+    >>> clip_grad_norm(g, 1.0), g["w"].round(3).tolist()
+    (5.0, [0.6, 0.8])
+    """
+    max_norm = check_positive_number("max_norm", max_norm)
+    arrays = grad_arrays(grads, in_place=True)
+    norm = global_norm(arrays)
+    if math.isfinite(norm) and norm > max_norm:
+        scale = max_norm / (norm + 1e-6)
+        for g in arrays.values():
+            g *= scale
+    return norm

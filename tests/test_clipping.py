@@ -1,0 +1,79 @@
+"""clipping.py: the global norm of the gradients and clipping by it (clip_grad_norm).
+
+Sections: values, errors (bad input: a clear ValueError or TypeError, and no gradient scaled
+before every one is checked), reference (against PyTorch).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from transformer_np.clipping import clip_grad_norm, global_norm
+
+# ============================================================================================
+# values
+# ============================================================================================
+
+
+def test_clip_leaves_small_gradients_alone():
+    g = {"a": np.array([0.1, 0.2])}
+    clip_grad_norm(g, 1.0)
+    assert g["a"].tolist() == [0.1, 0.2]
+
+
+def test_global_norm_of_integer_gradients_does_not_overflow():
+    assert global_norm({"a": np.array([30, 40])}) == 50.0
+    assert global_norm({"a": np.array([2**40, 0], dtype=np.int64)}) == 2.0**40
+
+
+# ============================================================================================
+# errors
+# ============================================================================================
+
+
+def test_non_positive_max_norm_is_rejected():
+    with pytest.raises(ValueError, match="max_norm"):
+        clip_grad_norm({"a": np.ones(2)}, 0)
+
+
+@pytest.mark.parametrize(
+    ("grads", "error", "message"),
+    [
+        ({"a": np.array([30, 40])}, TypeError, r"grads\['a'\] must be a floating-point ndarray"),
+        ({"a": [3.0, 4.0]}, TypeError, r"grads\['a'\] must be a floating-point ndarray.*list"),
+        ([np.ones(2)], TypeError, "grads must be a dict"),
+    ],
+)
+def test_clip_grad_norm_bad_gradients(grads, error, message):
+    with pytest.raises(error, match=message):
+        clip_grad_norm(grads, 1.0)
+
+
+def test_clip_grad_norm_checks_every_gradient_before_scaling_any():
+    big = np.array([30.0, 40.0])
+    with pytest.raises(TypeError, match=r"grads\['b'\]"):
+        clip_grad_norm({"a": big, "b": np.array([1, 2])}, 1.0)
+    assert big.tolist() == [30.0, 40.0]
+
+
+# ============================================================================================
+# reference (PyTorch)
+# ============================================================================================
+
+
+def test_clip_grad_norm_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    grads = {"a": rng.normal(size=(5, 3)) * 10, "b": rng.normal(size=(7,)) * 10}
+    tp = [
+        torch.nn.Parameter(torch.zeros(5, 3, dtype=torch.float64)),
+        torch.nn.Parameter(torch.zeros(7, dtype=torch.float64)),
+    ]
+    tp[0].grad = torch.tensor(grads["a"])
+    tp[1].grad = torch.tensor(grads["b"])
+    tnorm = torch.nn.utils.clip_grad_norm_(tp, 1.5)
+    norm = clip_grad_norm(grads, 1.5)
+    assert norm == pytest.approx(tnorm.item(), rel=1e-12)
+    np.testing.assert_allclose(grads["a"], tp[0].grad.numpy(), rtol=1e-12)
+    assert global_norm(grads) == pytest.approx(1.5, rel=1e-6)
