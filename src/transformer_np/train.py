@@ -26,12 +26,21 @@ import numpy as np
 from tqdm import tqdm
 
 from ._kernels.threads import blas_single_threaded
+from ._train_checks import (
+    batch_getter,
+    check_clip_norm,
+    check_eval_every,
+    check_loss_fn,
+    check_model,
+    check_optimizer,
+    check_optional_callable,
+    check_stream,
+    type_description,
+)
 from ._validation import check_bool, check_positive_float, check_positive_int
 from .checkpoints import checkpoint_path, load_model, save_model
 from .clipping import clip_grad_norm, global_norm
-from .losses import CrossEntropyLoss
-from .model import LanguageModel, Transformer
-from .optim import Adam
+from .model import Transformer
 
 # save_model and load_model moved to checkpoints.py; they stay importable from here.
 __all__ = ["TrainingDiverged", "fit", "load_model", "save_model", "train_step"]
@@ -39,125 +48,6 @@ __all__ = ["TrainingDiverged", "fit", "load_model", "save_model", "train_step"]
 
 class TrainingDiverged(FloatingPointError):
     """The loss or the gradients became NaN or infinite; the parameters were not updated."""
-
-
-# --------------------------------------------------------------------------------------------
-# argument checks, run once at the entry points (train_step, fit)
-# --------------------------------------------------------------------------------------------
-
-
-def _type_description(value):
-    """``the function cross_entropy`` for a named callable, else the type name (for messages)."""
-    if callable(value) and hasattr(value, "__name__"):
-        return f"the {type(value).__name__} {value.__name__}"
-    return type(value).__name__
-
-
-def _check_model(model):
-    if not isinstance(model, Transformer | LanguageModel):
-        raise TypeError(
-            f"model must be a Transformer or a LanguageModel, got {type(model).__name__}"
-        )
-
-
-def _check_optimizer(model, optimizer, *, need_current_lr=False):
-    """The optimiser must update this model's own parameter arrays (checked by identity)."""
-    methods = ("step", "current_lr") if need_current_lr else ("step",)
-    if not all(callable(getattr(optimizer, m, None)) for m in methods):
-        raise TypeError(
-            "optimizer must be an optimiser built on the model's parameters, such as "
-            f"Adam(model.parameters()), got {type(optimizer).__name__}"
-        )
-    if isinstance(optimizer, Adam):
-        optimizer.check_holds(model.parameters())
-
-
-def _check_loss_fn(loss_fn):
-    """``loss_fn`` itself, or the default cross-entropy for None."""
-    if loss_fn is None:
-        return CrossEntropyLoss()
-    if not callable(loss_fn) or not callable(getattr(loss_fn, "backward", None)):
-        hint = (
-            " (the function cross_entropy returns (loss, grad); pass CrossEntropyLoss() instead)"
-            if getattr(loss_fn, "__name__", "") == "cross_entropy"
-            else ""
-        )
-        raise TypeError(
-            "loss_fn must be a loss object called as loss_fn(logits, targets) -> float with a "
-            f"backward() method, such as CrossEntropyLoss(), got {_type_description(loss_fn)}"
-            f"{hint}"
-        )
-    return loss_fn
-
-
-def _check_clip_norm(clip_norm):
-    """``clip_norm`` as a float, or None (no clipping)."""
-    if clip_norm is None:
-        return None
-    if isinstance(clip_norm, bool | np.bool_) or not isinstance(clip_norm, numbers.Real):
-        raise TypeError(
-            "clip_norm must be a positive number or None (no clipping), "
-            f"got {clip_norm!r} ({type(clip_norm).__name__})"
-        )
-    if not (math.isfinite(clip_norm) and clip_norm > 0):
-        raise ValueError(
-            f"clip_norm must be a positive finite number or None (no clipping), got {clip_norm}"
-        )
-    return float(clip_norm)
-
-
-def _check_eval_every(eval_every):
-    if isinstance(eval_every, bool | np.bool_) or not isinstance(eval_every, numbers.Integral):
-        raise TypeError(
-            "eval_every must be an integer >= 0 (0: evaluate only at the end), "
-            f"got {eval_every!r} ({type(eval_every).__name__})"
-        )
-    if eval_every < 0:
-        raise ValueError(
-            f"eval_every must be an integer >= 0 (0: evaluate only at the end), got {eval_every}"
-        )
-    return int(eval_every)
-
-
-def _check_optional_callable(value, name, signature):
-    if value is not None and not callable(value):
-        raise TypeError(
-            f"{name} must be a callable {signature} or None, got {type(value).__name__}"
-        )
-
-
-def _check_stream(stream):
-    if stream is not None and not callable(getattr(stream, "write", None)):
-        raise TypeError(
-            "stream must be a text stream with a write() method, such as sys.stderr or "
-            f"io.StringIO(), or None (sys.stderr), got {type(stream).__name__}"
-        )
-
-
-def _batch_getter(batches, steps):
-    """``batches`` as a function ``step -> batch`` (an iterable is read one batch per step)."""
-    if callable(batches):
-        return batches
-    try:
-        iterator = iter(batches)
-    except TypeError as exc:
-        raise TypeError(
-            "batches must be a callable batches(step) -> batch or an iterable of batches, "
-            f"got {type(batches).__name__}"
-        ) from exc
-
-    def next_batch(step):
-        try:
-            return next(iterator)
-        except StopIteration:
-            raise ValueError(
-                f"batches ran out after {step - 1} batch(es), but steps={steps} asks for "
-                f"{steps}: pass at least {steps} batches, a callable batches(step), or a "
-                f"smaller steps (the model keeps the parameters of step {step - 1}; nothing "
-                "was saved)"
-            ) from None
-
-    return next_batch
 
 
 # --------------------------------------------------------------------------------------------
@@ -191,7 +81,7 @@ def _loss_value(loss, loss_fn):
     if isinstance(loss, bool | np.bool_) or not isinstance(loss, numbers.Real):
         raise TypeError(
             f"loss_fn must return the loss as a number, got {type(loss).__name__} "
-            f"(from {_type_description(loss_fn)})"
+            f"(from {type_description(loss_fn)})"
         )
     return float(loss)
 
@@ -245,10 +135,10 @@ def train_step(model, batch, optimizer, loss_fn=None, *, clip_norm=1.0):
     >>> bool(loss > 0 and grad_norm > 0)
     True
     """
-    _check_model(model)
-    loss_fn = _check_loss_fn(loss_fn)
-    clip_norm = _check_clip_norm(clip_norm)
-    _check_optimizer(model, optimizer)
+    check_model(model)
+    loss_fn = check_loss_fn(loss_fn)
+    clip_norm = check_clip_norm(clip_norm)
+    check_optimizer(model, optimizer)
     return _train_step_unchecked(model, batch, optimizer, loss_fn, clip_norm)
 
 
@@ -423,16 +313,16 @@ def fit(
     (5, 'steps')
     """
     # 1. check every argument, once
-    _check_model(model)
+    check_model(model)
     steps = check_positive_int(steps, "steps")
     if time_limit is not None:
         time_limit = check_positive_float(time_limit, "time_limit")
-    loss_fn = _check_loss_fn(loss_fn)
-    clip_norm = _check_clip_norm(clip_norm)
-    _check_optimizer(model, optimizer, need_current_lr=True)
-    _check_optional_callable(eval_fn, "eval_fn", "eval_fn(model) -> dict")
-    _check_optional_callable(callback, "callback", "callback(step, history) -> bool")
-    eval_every = _check_eval_every(eval_every)
+    loss_fn = check_loss_fn(loss_fn)
+    clip_norm = check_clip_norm(clip_norm)
+    check_optimizer(model, optimizer, need_current_lr=True)
+    check_optional_callable(eval_fn, "eval_fn", "eval_fn(model) -> dict")
+    check_optional_callable(callback, "callback", "callback(step, history) -> bool")
+    eval_every = check_eval_every(eval_every)
     overwrite_checkpoint = check_bool(overwrite_checkpoint, "overwrite_checkpoint")
     if checkpoint is not None and not hasattr(checkpoint, "write"):
         checkpoint_path(
@@ -441,8 +331,8 @@ def fit(
             argument="checkpoint",
             overwrite_option="overwrite_checkpoint=True",
         )
-    _check_stream(stream)
-    get_batch = _batch_getter(batches, steps)
+    check_stream(stream)
+    get_batch = batch_getter(batches, steps)
 
     history = {"step": [], "loss": [], "lr": [], "grad_norm": [], "time": [], "eval": []}
     history["stopped"] = "steps"
