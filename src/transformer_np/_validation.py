@@ -18,11 +18,13 @@ __all__ = [
     "all_finite",
     "as_typed_array",
     "check_axis",
+    "check_block_input",
     "check_bool",
     "check_broadcastable",
     "check_dtype",
     "check_finite",
     "check_last_dim",
+    "check_memory",
     "check_ndim",
     "check_normalised",
     "check_positive_float",
@@ -326,3 +328,34 @@ def grad_arrays(grads, name="grads", *, in_place=False):
             g = as_typed_array(g, what, "fiu", "an array of real numbers")
         arrays[key] = g
     return arrays
+
+
+def check_block_input(x, d_model, ndims=(2, 3)):
+    """A block's input: a finite float array (T, D) or (B, T, D)."""
+    x = as_float_array(x, "x")
+    meaning = "(T, d_model) or (B, T, d_model)" if ndims == (2, 3) else "(B, T, d_model)"
+    check_ndim(x, "x", ndims, meaning)
+    if x.shape[-1] != d_model:
+        raise ValueError(
+            f"x must have last dimension d_model = {d_model}, got shape {shape_str(x.shape)}"
+        )
+    check_finite(x, "x")
+    return x
+
+
+def check_memory(memory, batch, d_model):
+    """The encoder output given to a decoder: a finite float array (batch, S, d_model)."""
+    if memory is None:
+        raise TypeError(
+            "memory must be the encoder output, a float array of shape (B, S, d_model), got None"
+        )
+    memory = as_float_array(memory, "memory")
+    check_ndim(memory, "memory", (3,), "the encoder output, of shape (B, S, d_model)")
+    check_last_dim(memory, "memory", d_model, "d_model")
+    if memory.shape[0] != batch:
+        raise ValueError(
+            f"memory must have the batch size of the target input ({batch}), "
+            f"got shape {shape_str(memory.shape)}"
+        )
+    check_finite(memory, "memory")
+    return memory

@@ -13,14 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from ._validation import (
-    as_float_array,
+    check_block_input,
     check_bool,
-    check_finite,
-    check_last_dim,
-    check_ndim,
+    check_memory,
     check_rng,
     compute_dtype,
-    shape_str,
 )
 from .feed_forward import FeedForward
 from .layers import Dropout, LayerNorm, check_probability
@@ -397,39 +394,3 @@ class DecoderBlock(Module):
         dz1 = self.norm1.backward(dh)
         dx = dz1 + self.self_attn.backward(drop1(dz1))
         return dx, dmem
-
-
-# --------------------------------------------------------------------------------------------
-# input checks
-# --------------------------------------------------------------------------------------------
-
-
-def check_block_input(x, d_model, ndims=(2, 3)):
-    """A block's input: a finite float array (T, D) or (B, T, D)."""
-    x = as_float_array(x, "x")
-    meaning = "(T, d_model) or (B, T, d_model)" if ndims == (2, 3) else "(B, T, d_model)"
-    check_ndim(x, "x", ndims, meaning)
-    if x.shape[-1] != d_model:
-        raise ValueError(
-            f"x must have last dimension d_model = {d_model}, got shape {shape_str(x.shape)}"
-        )
-    check_finite(x, "x")
-    return x
-
-
-def check_memory(memory, batch, d_model):
-    """The encoder output given to a decoder: a finite float array (batch, S, d_model)."""
-    if memory is None:
-        raise TypeError(
-            "memory must be the encoder output, a float array of shape (B, S, d_model), got None"
-        )
-    memory = as_float_array(memory, "memory")
-    check_ndim(memory, "memory", (3,), "the encoder output, of shape (B, S, d_model)")
-    check_last_dim(memory, "memory", d_model, "d_model")
-    if memory.shape[0] != batch:
-        raise ValueError(
-            f"memory must have the batch size of the target input ({batch}), "
-            f"got shape {shape_str(memory.shape)}"
-        )
-    check_finite(memory, "memory")
-    return memory

@@ -14,9 +14,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_typed_array, check_broadcastable, check_finite, check_rng, shape_str
+from ._validation import (
+    as_typed_array,
+    check_broadcastable,
+    check_finite,
+    check_memory,
+    check_rng,
+    shape_str,
+)
 from .attention import as_bool_mask
-from .blocks import check_memory
 from .config import LanguageModelConfig, TransformerConfig
 from .embedding import Embedding, TiedOutput
 from .layers import Dropout, Linear
