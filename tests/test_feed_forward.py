@@ -77,8 +77,9 @@ def test_feedforward_bad_activation():
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
-def test_feed_forward_backward_matches_finite_differences(rng, activation):
-    ff = FeedForward(5, 7, activation=activation, rng=rng)
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+def test_feed_forward_backward_matches_finite_differences(rng, activation, training):
+    ff = FeedForward(5, 7, activation=activation, rng=rng).train(training)
     x = rng.standard_normal((3, 4, 5))
     gradcheck_layer(ff, ff.backward, ff, [x], rng)
 
@@ -108,11 +109,13 @@ def test_feed_forward_forward_matches_torch(torch, dtype, activation):
     assert_close_to_torch(y, ref_y, f"FeedForward({activation})", atol=TORCH_FORWARD_TOL[dtype])
 
 
-def test_feed_forward_grads_match_torch(torch, rng):
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+def test_feed_forward_grads_match_torch(torch, rng, training):
+    """In training mode GELU's slope comes from the forward pass; in eval mode from ``h``."""
     x = rng.standard_normal((3, 4, 6))
     G = rng.standard_normal((3, 4, 6))
     for act in ("relu", "gelu"):
-        ff = FeedForward(6, 10, activation=act, rng=rng)
+        ff = FeedForward(6, 10, activation=act, rng=rng).train(training)
         t1 = torch.nn.Linear(6, 10, dtype=torch.float64)
         t2 = torch.nn.Linear(10, 6, dtype=torch.float64)
         load_linear(t1, ff.linear1)
@@ -137,10 +140,11 @@ def test_feed_forward_grads_match_torch(torch, rng):
         )
 
 
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
-def test_float32_feed_forward_backward_matches_torch_float64(torch, rng, activation):
+def test_float32_feed_forward_backward_matches_torch_float64(torch, rng, activation, training):
     """The float32 path (GELU' read off the forward pass) is as accurate as float32 allows."""
-    ff = FeedForward(16, 64, activation=activation, rng=rng, dtype=np.float32)
+    ff = FeedForward(16, 64, activation=activation, rng=rng, dtype=np.float32).train(training)
     x = (3 * rng.standard_normal((4, 9, 16))).astype(np.float32)
     G = rng.standard_normal((4, 9, 16)).astype(np.float32)
     t1 = torch.nn.Linear(16, 64, dtype=torch.float64)
@@ -150,6 +154,7 @@ def test_float32_feed_forward_backward_matches_torch_float64(torch, rng, activat
     xt = to_torch64(x, True)
     (t2(getattr(torch.nn.functional, activation)(t1(xt))) * to_torch64(G)).sum().backward()
     ff(x)
+    assert (ff.cache["slope"] is not None) == (training and activation == "gelu")
     dx = ff.backward(G)
     assert dx.dtype == np.float32 and ff.grads["linear1.W"].dtype == np.float32
     for mine, ref in ((dx, xt.grad), (ff.grads["linear1.W"], t1.weight.grad.T)):

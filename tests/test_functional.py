@@ -296,6 +296,11 @@ def test_gelu_rejects_infinities(approximate):
         gelu(np.array([0.0, -np.inf]), approximate=approximate)
 
 
+def test_gelu_rejects_a_with_slope_that_is_not_a_bool():
+    with pytest.raises(TypeError, match=r"with_slope must be True or False, got 1 \(int\)"):
+        gelu(np.zeros(3), with_slope=1)
+
+
 @pytest.mark.parametrize("fn", [relu, erf])
 def test_relu_and_erf_reject_integer_arrays(fn):
     with pytest.raises(TypeError, match="x must be a floating-point array.*got dtype int"):
@@ -436,6 +441,22 @@ def test_gelu_matches_torch(torch, dtype, approximate):
     assert_close_to_torch(
         gelu(x, approximate=approximate), ref, f"gelu({approximate})", atol=TORCH_FORWARD_TOL[dtype]
     )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_slope_matches_torch_autograd(torch, dtype, approximate):
+    rng = np.random.default_rng(2)
+    x = np.concatenate([np.linspace(-10, 10, 4001), rng.standard_normal(200_000) * 3])
+    x = x.astype(dtype)
+    xt = to_torch(x).requires_grad_(True)
+    torch.nn.functional.gelu(xt, approximate=approximate).sum().backward()
+    y, slope = gelu(x, approximate=approximate, with_slope=True)
+    assert slope.dtype == dtype and slope.shape == x.shape
+    np.testing.assert_array_equal(y, gelu(x, approximate=approximate))
+    # the slope is in [-0.17, 1.13]: float32 within a few roundings of 1 (both sides round)
+    atol = 2e-6 if dtype == np.float32 else 1e-14
+    assert_close_to_torch(slope, xt.grad.numpy(), f"gelu'({approximate})", atol=atol)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

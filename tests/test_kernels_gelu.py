@@ -177,6 +177,39 @@ def test_gelu_backward_matches_a_finite_difference_of_the_forward():
     assert err <= 1e-9
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", SIZES)
+def test_gelu_with_slope_equals_gelu_and_the_derivative_formula(monkeypatch, dtype, n):
+    x = _inputs(n, dtype)
+    x[-2401:] = np.linspace(-12, 12, 2401).astype(dtype)[-n:]
+    for threads in (1, 2):
+        monkeypatch.setenv("TRANSFORMER_NP_NUM_THREADS", str(threads))
+        y, slope = kgelu.gelu(x, with_slope=True)
+        assert slope.dtype == dtype and slope.shape == x.shape
+        # the output is the same array gelu gives without the slope
+        np.testing.assert_array_equal(y, kgelu.gelu(x))
+        ref = _gelu_derivative(x)
+        err = np.abs(slope - ref)
+        print(threads, "max abs err", err.max(), "at", x[err.argmax()])
+        # GELU' is in [-0.17, 1.13]: float32 a few roundings of ~1, float64 a few 1e-16
+        assert err.max() <= (2.5e-7 if dtype == np.float32 else 1e-15)
+        # the slope gives the gradient gelu_backward gives (from the forward's output)
+        grad = np.linspace(-2, 2, n).astype(dtype)
+        np.testing.assert_allclose(
+            grad * slope,
+            kgelu.gelu_backward(x, y, grad),
+            rtol=0,
+            atol=5e-7 if dtype == np.float32 else 1e-15,
+        )
+
+
+def test_gelu_slope_at_zero_is_one_half_and_saturates_far_out():
+    for dtype in (np.float32, np.float64):
+        x = np.array([0.0, -0.0, 40.0, -40.0], dtype)
+        _, slope = kgelu.gelu(x, with_slope=True)
+        np.testing.assert_array_equal(slope, np.array([0.5, 0.5, 1.0, 0.0], dtype))
+
+
 # ============================================================================================
 # softmax_inplace
 # ============================================================================================

@@ -47,8 +47,9 @@ class FeedForward(Module):
     -----
     .. math:: \mathrm{FFN}(x) = \mathrm{act}(x W_1 + b_1)\, W_2 + b_2
 
-    After a call ``self.cache`` holds ``h``, the hidden pre-activation (N, d_ff); each
-    Linear keeps its own cache.
+    After a call ``self.cache`` holds ``h``, the hidden pre-activation (N, d_ff), and, for GELU
+    in training mode, ``slope``, the derivative GELU'(h) computed with it (``None``
+    otherwise: the backward pass then computes it from ``h``); each Linear keeps its own cache.
 
     Examples
     --------
@@ -86,12 +87,17 @@ class FeedForward(Module):
     def forward(self, x):
         """``act(x W_1 + b_1) W_2 + b_2`` on a checked ``x`` (..., D), at each position alone."""
         h = self.linear1(x)  # (..., D) -> (..., d_ff)
+        slope = None
         if self.activation == "relu":
             a = np.maximum(h, 0)  # ReLU
+        elif self.training:
+            # the exact GELU, x Phi(x), and the slope GELU'(h) the backward pass will need,
+            # both from the same pass over h
+            a, slope = gelu(h, with_slope=True)
         else:
             a = gelu(h)  # the exact GELU, x Phi(x)
         y = self.linear2(a)  # (..., d_ff) -> (..., D)
-        self.cache = {"h": h.reshape(-1, self.d_ff)}  # (..., d_ff) -> (N, d_ff), a view
+        self.cache = {"h": h.reshape(-1, self.d_ff), "slope": slope}  # h: (N, d_ff), a view
         return y
 
     # --8<-- [end:feed_forward]
@@ -128,6 +134,8 @@ class FeedForward(Module):
         da = da.reshape(h.shape)
         if self.activation == "relu":
             dh = da * (h > 0)
+        elif cache["slope"] is not None:  # saved by a forward pass in training mode
+            dh = da * cache["slope"].reshape(h.shape)
         else:
             dh = gelu_backward(h, a.reshape(h.shape), da)
         return self.linear1.backward(dh.reshape(shape))  # (..., d_ff) -> (..., D)

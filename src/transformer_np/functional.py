@@ -26,6 +26,7 @@ from ._kernels.gelu import gelu as _gelu_exact
 from ._kernels.softmax import softmax_inplace  # noqa: F401
 from ._validation import (
     as_float_array,
+    check_bool,
     check_finite,
     check_normalised,
     check_positive_float,
@@ -231,7 +232,7 @@ def erf(x):
 _GELU_TANH_C = math.sqrt(2.0 / math.pi)
 
 
-def gelu(x, approximate=False):
+def gelu(x, approximate=False, *, with_slope=False):
     r"""Gaussian error linear unit, ``x * Phi(x)``, element-wise.
 
     Parameters
@@ -242,10 +243,17 @@ def gelu(x, approximate=False):
         ``False`` (or ``"none"``): the exact GELU, with the error function (BERT, and
         ``torch.nn.functional.gelu``'s default). ``True`` (or ``"tanh"``): the tanh
         approximation of the GPT-2 code.
+    with_slope : bool, default False
+        Also return the derivative at ``x`` (keyword only), computed in the same pass: the
+        feed-forward network keeps it for its backward pass while training.
 
     Returns
     -------
     ndarray of the same shape and dtype as ``x``
+        GELU(x).
+    slope : ndarray of the same shape and dtype as ``x``, only with ``with_slope=True``
+        GELU'(x): ``Phi(x) + x phi(x)`` for the exact form (``phi`` the standard normal
+        density), the derivative of the tanh formula for the approximation.
 
     Notes
     -----
@@ -275,24 +283,41 @@ def gelu(x, approximate=False):
         exact = False
     else:
         raise ValueError(f'approximate must be False, True, "none" or "tanh", got {approximate!r}')
+    check_bool(with_slope, "with_slope")
     check_finite(x, "x")
     xc = x.astype(compute_dtype(x.dtype), copy=False)
+    slope = None
     if exact:
         # y = 0.5 x (1 + erf(x / sqrt 2)). The kernel computes it as max(x, 0) - |x| Q(|x|),
         # which is the same number without the cancellation of 1 + erf(x / sqrt 2) for x < 0,
-        # on every core for large arrays.
-        y = _gelu_exact(xc)
+        # on every core for large arrays; and, if asked, Phi(x) + x phi(x) from the same Q.
+        if with_slope:
+            y, slope = _gelu_exact(xc, with_slope=True)
+        else:
+            y = _gelu_exact(xc)
     else:
-        # y = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), step by step in one buffer
-        y = xc * xc  # x^2
-        y *= 0.044715
-        y += 1
-        y *= xc  # x (1 + 0.044715 x^2) = x + 0.044715 x^3
-        y *= _GELU_TANH_C
-        np.tanh(y, out=y)
-        y += 1
+        # y = 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3), step by step
+        x2 = xc * xc  # x^2
+        t = x2 * 0.044715
+        t += 1
+        t *= xc  # x (1 + 0.044715 x^2) = x + 0.044715 x^3
+        t *= _GELU_TANH_C  # u
+        np.tanh(t, out=t)  # tanh(u)
+        y = t + 1
         y *= xc
         y *= 0.5
+        if with_slope:
+            # y' = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) u', u' = sqrt(2/pi) (1 + 3 0.044715 x^2)
+            du = x2 * (3 * 0.044715)
+            du += 1
+            du *= _GELU_TANH_C
+            slope = 1 - t * t
+            slope *= du
+            slope *= xc
+            slope += t + 1
+            slope *= 0.5
+    if with_slope:
+        return y.astype(x.dtype, copy=False), slope.astype(x.dtype, copy=False)
     return y.astype(x.dtype, copy=False)
 
 
