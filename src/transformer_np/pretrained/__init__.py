@@ -9,7 +9,8 @@ transformer_np), not PyTorch.
 """
 
 from .checkpoint import ModelFileError, find_model_dir
-from .minilm import MiniLM, MiniLMConfig, load_minilm, weight_map
+from .minilm import MiniLM, load_minilm
+from .minilm_config import MiniLMConfig, weight_map
 from .smollm2 import Tokenizer, load_smollm2, load_smollm2_tokenizer
 
 __all__ = [
