@@ -21,11 +21,12 @@ import numpy as np
 
 from ._validation import (
     check_bool,
+    check_ids,
     check_positive_int,
     check_rng,
 )
 from .llama import CONTEXT_LIMIT, LlamaModel
-from .model import LanguageModel, Transformer, check_ids
+from .model import LanguageModel, Transformer
 from .module import running
 from .multi_head import KVCache
 from .sampling import check_sampling, choose_next

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_rng
+from ._validation import check_ids, check_rng
 from .blocks import EncoderBlock
 from .config import LlamaConfig
 from .embedding import Embedding
 from .grouped_query import GroupedQueryAttention
 from .layers import Dropout
 from .masks import causal_mask
-from .model import check_ids
 from .module import Module
 from .rmsnorm import RMSNorm
 from .stacks import Encoder

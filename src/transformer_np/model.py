@@ -18,6 +18,7 @@ from ._validation import (
     as_typed_array,
     check_broadcastable,
     check_finite,
+    check_ids,
     check_memory,
     check_rng,
     shape_str,
@@ -49,31 +50,6 @@ def block_kwargs(cfg, rng, dtype):
         "rng": rng,
         "dtype": dtype,
     }
-
-
-def check_ids(ids, name, vocab_size, max_len, *, limit="the positional table",
-              fix="build the model with a larger max_len"):  # fmt: skip
-    """Token ids as a 2-D integer array (B, T) with values in [0, vocab) and T <= max_len.
-
-    ``limit`` and ``fix`` name, in the error for a sequence too long, what ``max_len`` is and
-    what to do about it.
-    """
-    arr = as_typed_array(ids, name, "iu", "an array of integer token ids")
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must have shape (B, T) (a batch of sequences), got {arr.shape}")
-    if arr.shape[0] == 0 or arr.shape[1] == 0:
-        raise ValueError(f"{name} must hold at least one sequence of one token, got {arr.shape}")
-    if arr.shape[1] > max_len:
-        raise ValueError(
-            f"{name} has sequences of length {arr.shape[1]}, longer than {limit} "
-            f"(max_len = {max_len}); {fix}"
-        )
-    lo, hi = int(arr.min()), int(arr.max())
-    if lo < 0 or hi >= vocab_size:
-        raise ValueError(
-            f"{name} must hold token ids in [0, {vocab_size}), got values from {lo} to {hi}"
-        )
-    return arr
 
 
 def check_grad_logits(model, grad_logits):
