@@ -38,8 +38,9 @@ implementation, plus one for the matrix-product peak, one after the other.
   implementation alike. At least ``--reps`` rounds, and more until ``--min-time`` seconds
   have passed (fast sizes: many short calls, whose medians need more rounds to settle), up to
   ``--max-reps``; fewer once ``--budget`` seconds have passed (at least 3). Reported: the
-  median time; ratios ("x PyTorch") are medians over the rounds of the ratio of the two times
-  measured in the same round.
+  median time; "x PyTorch" = PyTorch's median time / ours (above 1 = ours is faster), and
+  ours / ceiling = the median time of ``sdpa_nw`` / that of ``products_exp``. The JSON also
+  holds these in the schema shared by every benchmark (``sizes``, see ``report.py``).
 - **FLOPs** count the two matrix products only: ``4 n^2 d`` per head (``2 n^2 d`` for q k^T
   and as many for the weights times v). **% of peak** divides by a float32 2048 x 2048 NumPy
   matrix product (``2 n^3`` FLOPs) timed in the same rounds.
@@ -77,6 +78,8 @@ import sys
 import time
 from pathlib import Path
 
+from report import SCHEMA, header, size_entry
+from report import table as table_of
 from timed_calls import TimedProcess, cpu_model, serve
 
 HERE = Path(__file__).resolve().parent
@@ -390,9 +393,55 @@ def measure_at(n: int, impls: list[str], args) -> dict[str, dict]:
     return {impl: {**workers[impl].ready, "times": times[impl]} for impl in workers}
 
 
-def _paired_ratio(num: list[float], den: list[float]) -> float:
-    """Median over rounds of num[r] / den[r]: how many times faster ``den`` is than ``num``."""
-    return statistics.median(a / b for a, b in zip(num, den, strict=True))
+def _ratio(num: list[float], den: list[float]) -> float:
+    """median(num) / median(den): how many times faster ``den`` is than ``num``."""
+    return statistics.median(num) / statistics.median(den)
+
+
+def summary(res: dict) -> dict:
+    """The shared schema of every benchmark (see report.py) from the rows of ``res``.
+
+    Per n: ours = ``sdpa`` with the output only (what PyTorch's SDPA returns), the reference =
+    PyTorch, the ceiling = ``products_exp`` (the two products and one exp per score).
+    """
+    sizes = []
+    for n in sorted({r["n"] for r in res["rows"]}):
+        rows = {r["impl"]: r for r in res["rows"] if r["n"] == n and r["measured"]}
+        times = {
+            side: rows[impl]["times"]
+            for side, impl in (
+                ("ours", "sdpa_nw"),
+                ("reference", "torch"),
+                ("ceiling", "products_exp"),
+            )
+            if impl in rows
+        }
+        if "ours" in times:
+            sizes.append(size_entry(str(n), f"n = {n}", times))
+    m = res["machine"]
+    m.setdefault("cores", os.cpu_count())
+    m.setdefault("arch", platform.machine())
+    m["threads"] = {
+        "ours": f"transformer_np {m['cores_available']}, BLAS 1 per product",
+        "reference": f"torch {res.get('torch_threads') or m['cores_available']}",
+        "ceiling": f"transformer_np {m['cores_available']}, BLAS 1 per product",
+    }
+    return {
+        "schema": SCHEMA,
+        "benchmark": "attention",
+        "title": "Attention, output only (float32, batch 1, 8 heads, d_head 64)",
+        "reference": "PyTorch",
+        "unit": "ms",
+        "sizes": sizes,
+        "checks": {},
+        "load": {
+            "before": [round(x, 2) for x in m["loadavg_start"]],
+            "after": [round(x, 2) for x in m["loadavg_end"]],
+        },
+        "date": m["date"],
+        "command": res["settings"]["command"].replace("python ", ".venv/bin/python ", 1),
+        "rounds": min((len(e["ours"]["times_s"]) for e in sizes), default=0),
+    }
 
 
 def drive(args) -> dict:
@@ -404,7 +453,7 @@ def drive(args) -> dict:
         f"({info['blas']}), torch {info['torch']}",
         file=sys.stderr,
     )
-    rows, peaks = [], []
+    rows, peaks, torch_threads = [], [], None
     for n in sizes:
         impls = []
         for impl in args.impls:
@@ -413,6 +462,7 @@ def drive(args) -> dict:
                     continue  # not run: extrapolated below
             impls.append(impl)
         res = measure_at(n, impls, args)
+        torch_threads = res.get("torch", {}).get("threads", torch_threads)
         mm = res.pop("matmul")
         peak = 2 * args.peak_n**3 / statistics.median(mm["times"]) / 1e9
         peaks.append({"n": n, "gflops": peak, "times": mm["times"]})
@@ -423,9 +473,9 @@ def drive(args) -> dict:
             row["gflops"] = gflops(n, row["median_s"])
             row["pct_peak"] = 100 * row["gflops"] / peak  # of the peak measured at this n
             if "torch" in res:
-                row["vs_torch"] = _paired_ratio(res["torch"]["times"], r["times"])
+                row["vs_torch"] = _ratio(res["torch"]["times"], r["times"])
             if "sdpa" in res:
-                row["vs_sdpa"] = _paired_ratio(res["sdpa"]["times"], r["times"])
+                row["vs_sdpa"] = _ratio(res["sdpa"]["times"], r["times"])
             rows.append(row)
             print(
                 f"# {impl:9s} n={n:5d}: {row['median_s'] * 1e3:9.1f} ms, "
@@ -501,6 +551,7 @@ def drive(args) -> dict:
         "matmul_peak": {"n": args.peak_n, "gflops": overall, "per_size": peaks},
         "steps": steps,
         "rows": sorted(rows, key=lambda r: (r["n"], IMPLS.index(r["impl"]))),
+        "torch_threads": torch_threads,
     }
 
 
@@ -539,7 +590,7 @@ TABLE_TEXT = {
         "matrix products (and `np.exp` of every score), in the chunks of rows and threads of "
         "`sdpa`. "
         "float32, batch 1, {heads} heads, d_head {d}; time: median of the timed "
-        "calls; × PyTorch: median of the ratios of calls made in the same round. % of peak: of a "
+        "calls; × PyTorch: PyTorch's median time / this one (above 1 = faster). % of peak: of a "
         "float32 {pn}×{pn} matrix product timed in the same rounds ({peak:.1f} GFLOP/s, median "
         "over the sizes). Machine: {cpu}, {cores} cores, {mem} GB of RAM; NumPy {numpy} ({blas}), "
         "PyTorch {torch}; {date}; load average {l0:.2f} at the start, {l1:.2f} at the end.",
@@ -559,7 +610,8 @@ TABLE_TEXT = {
         "caption": "`sdpa` = `scaled_dot_product_attention`; \u2020 non è attention, solo i suoi "
         "due prodotti di matrici (e `np.exp` di ogni punteggio), con i gruppi di righe e i "
         "thread di `sdpa`. float32, batch 1, {heads} teste, d_head {d}; tempo: mediana delle "
-        "chiamate cronometrate; × PyTorch: mediana dei rapporti tra chiamate dello stesso giro. "
+        "chiamate cronometrate; × PyTorch: tempo mediano di PyTorch / questo (sopra 1 = più "
+        "veloce). "
         "% del "
         "picco: di un prodotto di matrici float32 {pn}×{pn} cronometrato negli stessi giri "
         "({peak:.1f} GFLOP/s, mediana sulle taglie). Macchina: {cpu}, {cores} core, "
@@ -704,6 +756,7 @@ def main(argv=None) -> int:
         res = json.loads(out.read_text())
     else:
         res = drive(args)
+        res.update(summary(res))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(res, indent=1) + "\n")
     if args.tables is not None:
@@ -718,6 +771,9 @@ def main(argv=None) -> int:
     if not args.no_plot:
         plot(res, svg)
     print(table)
+    if "sizes" in res:
+        print(header(res))
+        print(table_of(res))
     print(
         f"wrote {'' if args.tables_only else f'{out}, '}{md}, {md_it}"
         + ("" if args.no_plot else f", {svg}"),

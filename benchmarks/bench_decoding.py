@@ -1,9 +1,22 @@
-"""Generation with and without the key/value cache: time and speed-up.
+"""Greedy generation with the key/value cache: ours against PyTorch and the NumPy ceiling.
 
-A ``LanguageModel`` (d_model 64, 4 heads, 2 layers by default, float32) continues a prompt of
-8 tokens by ``--new`` tokens, greedily, with ``use_cache=True`` and ``use_cache=False``; the
-two outputs must be identical (checked here too). Without the cache, step ``t`` runs the model
-on all ``t`` tokens so far; with it, on the one new token.
+A ``LanguageModel`` (d_model 64, 4 heads, 2 layers by default, float32, weights of ``rng=0``)
+continues a prompt of 8 tokens by ``--new`` tokens, greedily. Four sides, each in a process of
+its own, timed in interleaved rounds (see ``report.py``):
+
+- ours: ``generate(model, prompt, new, use_cache=True)``;
+- ours without the cache: ``use_cache=False`` (step ``t`` runs the model on all ``t`` tokens
+  so far); its tokens must be identical to those with the cache (checked here);
+- PyTorch: the same model, its weights copied into torch tensors, the same loop with a
+  key/value cache (``torch.nn.functional`` layer norm, ``scaled_dot_product_attention``,
+  exact GELU), under ``torch.inference_mode``; its tokens are compared with ours too;
+- the NumPy ceiling: the matrix-vector products of every token at the same shapes (each weight
+  read once per token, the keys and values read from a cache), one ``np.exp`` per score and per
+  GELU element, and the prefill's products (see ``ceiling.py``): the memory-bound least work.
+
+Every side runs on ``--threads`` threads (default 1). Printed and saved: the medians,
+"x PyTorch" = PyTorch time / our time (above 1 = ours is faster), ours / ceiling time, and the
+speed-up of the cache (time without / time with).
 
 Usage::
 
@@ -15,49 +28,122 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-import time
+from pathlib import Path
 
-import numpy as np
-from timed_calls import cpu_model
+from report import DATA, command_line, load_average, machine, report, result, run_rounds, size_entry
+from timed_calls import THREAD_VARS, TimedProcess, serve
 
-from transformer_np._kernels.threads import blas_single_threaded
-from transformer_np.decoding import generate
-from transformer_np.model import LanguageModel, LanguageModelConfig
+ROOT = Path(__file__).resolve().parents[1]
+PROMPT_TOKENS, HEADS, VOCAB = 8, 4, 64
 
 
-def measure(new: int, args) -> dict:
-    """Generate ``new`` tokens with and without the cache; median times and the check."""
+def build(args, new):
+    """Our model (weights of ``rng=0``) and the prompt (B, 8)."""
+    import numpy as np
+
+    from transformer_np.model import LanguageModel, LanguageModelConfig
+
     cfg = LanguageModelConfig(
-        vocab_size=64,
+        vocab_size=VOCAB,
         d_model=args.d_model,
-        n_heads=4,
+        n_heads=HEADS,
         n_layers=args.layers,
-        max_len=8 + new,
+        max_len=PROMPT_TOKENS + new,
     )
-    model = LanguageModel(cfg, rng=0)
-    prompt = np.random.default_rng(0).integers(0, 64, (args.batch, 8))
-    times = {}
-    outputs = {}
+    prompt = np.random.default_rng(0).integers(0, VOCAB, (args.batch, PROMPT_TOKENS))
+    return LanguageModel(cfg, rng=0), prompt
+
+
+def worker_ours(args, use_cache: bool) -> None:
+    from transformer_np._kernels.threads import blas_single_threaded
+    from transformer_np.decoding import generate
+
+    model, prompt = build(args, args.size)
     with blas_single_threaded():
-        for use_cache in (True, False):
-            runs = []
-            for _ in range(args.reps):
-                t0 = time.perf_counter()
-                outputs[use_cache] = generate(model, prompt, new, use_cache=use_cache)
-                runs.append(time.perf_counter() - t0)
-            times[use_cache] = statistics.median(runs)
-    return {
-        "new_tokens": new,
-        "with_cache_s": times[True],
-        "without_cache_s": times[False],
-        "ms_per_token_with_cache": 1e3 * times[True] / new,
-        "speedup": times[False] / times[True],
-        "identical_tokens": bool(np.array_equal(outputs[True], outputs[False])),
+        out = generate(model, prompt, args.size, use_cache=use_cache)  # the warm-up
+        ready = {"tokens": out.tolist(), "d_ff": model.config.d_ff, "threads": "BLAS 1"}
+        serve(lambda: generate(model, prompt, args.size, use_cache=use_cache), ready)
+
+
+def worker_torch(args) -> None:
+    """The same model and greedy loop in PyTorch, with a key/value cache."""
+    import math
+
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(args.threads)
+    model, prompt = build(args, args.size)
+    p = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in model.parameters().items()}
+    pe = torch.from_numpy(np.ascontiguousarray(model.pe))
+    D, L = args.d_model, args.layers
+    Dh = D // HEADS
+    ids0 = torch.from_numpy(prompt)
+
+    def forward(ids, cache):  # ids (B, T) -> logits of the last position (B, V)
+        B, T = ids.shape
+        start = cache[0][0].shape[2] if cache[0] else 0
+        x = p["embed.W"][ids] * math.sqrt(D) + pe[start : start + T]
+        for i in range(L):
+            b = f"blocks.{i}."
+            h = F.layer_norm(x, (D,), p[b + "norm1.gamma"], p[b + "norm1.beta"], 1e-5)
+            q, k, v = (
+                (h @ p[b + f"attn.W_{n}"] + p[b + f"attn.b_{n}"])
+                .view(B, T, HEADS, Dh)
+                .transpose(1, 2)
+                for n in "qkv"
+            )
+            if cache[i]:
+                k = torch.cat([cache[i][0], k], dim=2)
+                v = torch.cat([cache[i][1], v], dim=2)
+            cache[i] = (k, v)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=start == 0 and T > 1)
+            a = a.transpose(1, 2).reshape(B, T, D)
+            x = x + a @ p[b + "attn.W_o"] + p[b + "attn.b_o"]
+            h = F.layer_norm(x, (D,), p[b + "norm2.gamma"], p[b + "norm2.beta"], 1e-5)
+            h = F.gelu(h @ p[b + "ff.linear1.W"] + p[b + "ff.linear1.b"])
+            x = x + h @ p[b + "ff.linear2.W"] + p[b + "ff.linear2.b"]
+        x = F.layer_norm(x[:, -1], (D,), p["blocks.norm.gamma"], p["blocks.norm.beta"], 1e-5)
+        return x @ p["embed.W"].T + p["out.b"]
+
+    def run():
+        with torch.inference_mode():
+            cache = [None] * L
+            out = [ids0]
+            logits = forward(ids0, cache)
+            for t in range(args.size):
+                nxt = logits.argmax(-1, keepdim=True)
+                out.append(nxt)
+                if t + 1 < args.size:
+                    logits = forward(nxt, cache)
+            return torch.cat(out, dim=1)
+
+    ready = {
+        "tokens": run().tolist(),
+        "threads": f"torch {torch.get_num_threads()}",
+        "torch": torch.__version__,
     }
+    serve(run, ready)
+
+
+def worker_ceiling(args) -> None:
+    from ceiling import Ceiling, generation
+
+    from transformer_np._kernels.threads import blas_single_threaded
+
+    D = args.d_model
+    cfg = {"L": args.layers, "D": D, "H": HEADS, "KV": HEADS, "Dh": D // HEADS}
+    cfg.update({"F": args.d_ff, "V": VOCAB, "gated": False, "exp_ff": True})
+    prefill, steps = generation(cfg, args.batch, PROMPT_TOKENS, args.size)
+    ops = prefill + [op for step in steps for op in step]
+    ceiling = Ceiling([ops])
+    with blas_single_threaded():
+        ceiling.run()
+        serve(ceiling.run, {"products": sum(op[0] == "mm" for op in ops), "threads": "BLAS 1"})
 
 
 def main(argv=None):
@@ -66,56 +152,115 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--d-model", type=int, default=64)
-    p.add_argument("--reps", type=int, default=3)
+    p.add_argument(
+        "--rounds",
+        "--reps",
+        dest="rounds",
+        type=int,
+        default=5,
+        help="interleaved rounds per length",
+    )
+    p.add_argument("--pause", type=float, default=0.1, help="seconds before each timed call")
+    p.add_argument("--threads", type=int, default=1, help="threads of every side")
     p.add_argument(
         "--json",
         metavar="PATH",
-        help="also write the results as JSON (e.g. src/transformer_np/data/decoding.json)",
+        default=str(DATA / "decoding.json"),
+        help="where to write the results (default: src/transformer_np/data/decoding.json)",
     )
+    p.add_argument(
+        "--worker", choices=["ours", "nocache", "torch", "ceiling"], help=argparse.SUPPRESS
+    )
+    p.add_argument("--size", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--d-ff", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.worker:
+        if args.worker in ("ours", "nocache"):
+            worker_ours(args, use_cache=args.worker == "ours")
+        elif args.worker == "torch":
+            worker_torch(args)
+        else:
+            worker_ceiling(args)
+        return 0
 
-    load_before = os.getloadavg()[0]
-    results = [measure(new, args) for new in args.new]
-    load_after = os.getloadavg()[0]
-    print(
-        f"prompt of 8 tokens, batch {args.batch}, d_model {args.d_model}, {args.layers} layers, "
-        f"float32; {cpu_model()}; load average {load_before:.2f} -> {load_after:.2f}"
-    )
-    for r in results:
-        print(f"generate {r['new_tokens']} tokens:")
-        for use_cache in (True, False):
-            t = r["with_cache_s" if use_cache else "without_cache_s"]
-            print(
-                f"  {'with cache   ' if use_cache else 'without cache'} {1e3 * t:8.1f} ms  "
-                f"({1e3 * t / r['new_tokens']:.2f} ms per token, median of {args.reps})"
+    env = dict(os.environ)
+    env.update({var: str(args.threads) for var in THREAD_VARS})
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT / "src"), env.get("PYTHONPATH")) if x)
+    common = [sys.executable, str(Path(__file__).resolve()), "--batch", str(args.batch)]
+    common += ["--layers", str(args.layers), "--d-model", str(args.d_model)]
+    common += ["--threads", str(args.threads)]
+    load_before = load_average()
+    sizes, checks, ready = [], {}, {}
+    for new in args.new:
+        sides = {}
+        try:
+            for side, worker in (("ours", "ours"), ("reference", "torch"), ("nocache", "nocache")):
+                cmd = [*common, "--worker", worker, "--size", str(new)]
+                sides[side] = TimedProcess(cmd, f"the {side} side, {new} tokens", env)
+            d_ff = sides["ours"].ready["d_ff"]
+            cmd = [*common, "--worker", "ceiling", "--size", str(new), "--d-ff", str(d_ff)]
+            sides["ceiling"] = TimedProcess(cmd, f"the ceiling, {new} tokens", env)
+            times = run_rounds(
+                {s: w.time_one_call for s, w in sides.items()}, max(1, args.rounds), args.pause
             )
-        print(f"  speed-up: {r['speedup']:.1f}x; identical tokens: {r['identical_tokens']}")
-    if args.json:
-        command = "python benchmarks/bench_decoding.py --new " + " ".join(map(str, args.new))
-        command += f" --batch {args.batch} --layers {args.layers} --d-model {args.d_model}"
-        command += f" --reps {args.reps} --json {args.json}"
-        out = {
-            "command": command,
-            "date": time.strftime("%Y-%m-%d %H:%M"),
-            "machine": {"cpu": cpu_model(), "cores": os.cpu_count()},
-            "load_average_1min": [round(load_before, 2), round(load_after, 2)],
-            "numpy": np.__version__,
-            "config": {
-                "batch": args.batch,
-                "layers": args.layers,
-                "d_model": args.d_model,
-                "heads": 4,
-                "prompt_tokens": 8,
-                "dtype": "float32",
-                "reps": args.reps,
+        finally:
+            for w in sides.values():
+                w.close()
+        ready = {s: w.ready for s, w in sides.items()}
+        nocache = times.pop("nocache")
+        entry = size_entry(str(new), f"generate {new} tokens", times)
+        entry["without_cache"] = {"median_s": statistics.median(nocache), "times_s": nocache}
+        entry["cache_speedup"] = entry["without_cache"]["median_s"] / entry["ours"]["median_s"]
+        entry["ms_per_token"] = 1e3 * entry["ours"]["median_s"] / new
+        sizes.append(entry)
+        checks[f"identical_tokens_{new}"] = ready["ours"]["tokens"] == ready["nocache"]["tokens"]
+        checks[f"same_tokens_as_torch_{new}"] = (
+            ready["ours"]["tokens"] == ready["reference"]["tokens"]
+        )
+    res = result(
+        "decoding",
+        "Greedy generation with the key/value cache",
+        {
+            "batch": args.batch,
+            "layers": args.layers,
+            "d_model": args.d_model,
+            "heads": HEADS,
+            "vocabulary": VOCAB,
+            "prompt_tokens": PROMPT_TOKENS,
+            "new_tokens": args.new,
+            "dtype": "float32",
+        },
+        "PyTorch",
+        sizes,
+        unit="ms",
+        checks=checks,
+        machine=machine(
+            {
+                "ours": ready["ours"]["threads"],
+                "reference": ready["reference"]["threads"],
+                "ceiling": ready["ceiling"]["threads"],
             },
-            "results": results,
-        }
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=2)
-            f.write("\n")
-        print(f"wrote {args.json}")
-    return 0 if all(r["identical_tokens"] for r in results) else 1
+            {"torch": ready["reference"]["torch"]},
+        ),
+        load={"before": load_before, "after": load_average()},
+        command=command_line("bench_decoding.py", sys.argv[1:] if argv is None else argv),
+        rounds=args.rounds,
+    )
+    print(
+        f"prompt of {PROMPT_TOKENS} tokens, batch {args.batch}, d_model {args.d_model}, "
+        f"{args.layers} layers, float32"
+    )
+    for e in sizes:
+        new = e["size"]
+        print(
+            f"generate {new} tokens: with cache {e['ours']['median_s'] * 1e3:8.1f} ms, "
+            f"without cache {e['without_cache']['median_s'] * 1e3:8.1f} ms; "
+            f"speed-up of the cache: {e['cache_speedup']:.1f}x; "
+            f"identical tokens: {checks[f'identical_tokens_{new}']}; "
+            f"same tokens as PyTorch: {checks[f'same_tokens_as_torch_{new}']}"
+        )
+    report(res, args.json)
+    return 0 if all(checks[k] for k in checks if k.startswith("identical")) else 1
 
 
 if __name__ == "__main__":

@@ -2,20 +2,21 @@
 
 Both sides encode the same 32 sentences of about 20 tokens each (tokenisation, forward pass,
 mean pooling and normalisation: the whole ``encode``), in one batch, float32, on the CPU.
-They run in separate processes, so their thread pools never share one:
+Three sides, each in a process of its own, so their thread pools never share one:
 
-- our side runs in this process (the project's .venv);
-- the PyTorch side runs this same file with ``--torch-worker`` in the reference venv
+- ours: this file with ``--worker ours`` in the project's .venv (``load_minilm``);
+- sentence-transformers: this file with ``--worker torch`` in the reference venv
   (.venv-ref, which has torch==2.13.0 and sentence-transformers; see
-  scripts/make_minilm_reference.py for how to create it). It loads the model, warms up, then
-  makes one timed call each time it reads ``run`` on its standard input.
+  scripts/make_minilm_reference.py for how to create it);
+- the NumPy ceiling: this file with ``--worker ceiling``: only the matrix products of the
+  forward pass at the same shapes (the batch padded as ours pads it) and one ``np.exp`` per
+  attention score and per GELU element (see ``ceiling.py``), on the same threads as ours.
 
-Each side warms up, then the two are timed in ``--reps`` *rounds*: in each round each side makes
-one call while the other waits (who goes first alternates, with a ``--pause`` before each call
-so that the other side's threads go idle). A change in the load of the machine then hits both
-sides alike. The script prints both medians and the ratio ours / PyTorch (target: <= 1.0), the
-median over the rounds of the ratio of the two calls of a round, plus the largest difference
-between the two sets of embeddings as a sanity check. Run from the repository root::
+Each side warms up, then the three are timed in ``--rounds`` interleaved rounds (one call each,
+the order rotating, with a ``--pause`` before each call so the previous side's threads go idle;
+see ``report.py``). Printed and saved: the medians, "x sentence-transformers" = their time /
+our time (above 1 = ours is faster), ours / ceiling time, and the largest difference between
+the two sets of embeddings as a sanity check. Run from the repository root::
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_minilm.py
 
@@ -25,15 +26,12 @@ This is a measurement, not a test: on a shared machine the figures are noisy.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
-from timed_calls import THREAD_VARS, TimedProcess, cpu_model, serve
+from report import DATA, command_line, load_average, machine, report, result, run_rounds, size_entry
+from timed_calls import THREAD_VARS, TimedProcess, serve
 
 
 def _threads_from_argv() -> str | None:
@@ -93,18 +91,6 @@ SENTENCES = [
 ]
 
 
-def time_it(fn, warmup: int, reps: int) -> list[float]:
-    """Call ``fn`` ``warmup`` times untimed, then ``reps`` times timed; seconds per call."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return times
-
-
 def torch_worker(warmup: int, threads: int | None) -> None:
     """Run in the reference venv: serve timed sentence-transformers calls on request.
 
@@ -142,9 +128,45 @@ def torch_worker(warmup: int, threads: int | None) -> None:
     serve(run, ready)
 
 
+def ours_worker(warmup: int) -> None:
+    """Run in the project's venv: serve timed ``MiniLM.encode`` calls on request."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from transformer_np._kernels.threads import num_threads
+    from transformer_np.pretrained import load_minilm
+
+    model = load_minilm(np.float32)
+    ids, mask = model.tokenize(SENTENCES)
+
+    def run():
+        return model.encode(SENTENCES, batch_size=len(SENTENCES))
+
+    for _ in range(warmup):
+        run()
+    ready = {
+        "embeddings": run().astype(float).tolist(),
+        "tokens": [int(n) for n in mask.sum(axis=1)],
+        "padded_to": int(ids.shape[1]),
+        "threads": f"BLAS and transformer_np {num_threads()}",
+    }
+    serve(run, ready)
+
+
+def ceiling_worker(warmup: int, padded: int) -> None:
+    """The least NumPy work of the same forward pass (see ``ceiling.py``), served on request."""
+    from ceiling import Ceiling, minilm_forward
+
+    ops = minilm_forward(len(SENTENCES), padded)
+    ceiling = Ceiling([ops])
+    for _ in range(warmup):
+        ceiling.run()
+    serve(ceiling.run, {"products": sum(op[0] == "mm" for op in ops)})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--reps", type=int, default=15, help="timed rounds (one call per side)")
+    parser.add_argument(
+        "--rounds", "--reps", dest="rounds", type=int, default=15, help="interleaved rounds"
+    )
     parser.add_argument(
         "--pause", type=float, default=0.3, help="seconds of pause before each timed call"
     )
@@ -157,122 +179,98 @@ def main() -> None:
     parser.add_argument(
         "--json",
         metavar="PATH",
-        help="also write the results as JSON (e.g. src/transformer_np/data/minilm.json)",
+        default=str(DATA / "minilm.json"),
+        help="where to write the results (default: src/transformer_np/data/minilm.json)",
     )
     parser.add_argument(
         "--threads",
         type=int,
         default=None,
-        help="threads for both sides (BLAS, OpenMP, torch, transformer_np); default: all cores",
+        help="threads for every side (BLAS, OpenMP, torch, transformer_np); default: all cores",
     )
-    parser.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--padded", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["ours", "torch", "ceiling"], help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.torch_worker:
+    if args.worker == "torch":
         torch_worker(args.warmup, args.threads)
         return
+    if args.worker == "ours":
+        ours_worker(args.warmup)
+        return
+    if args.worker == "ceiling":
+        ceiling_worker(args.warmup, args.padded)
+        return
 
-    sys.path.insert(0, str(ROOT / "src"))
-    from transformer_np.pretrained import load_minilm
-
-    load_before = os.getloadavg()[0]  # other jobs on the machine make every figure noisy
-    # 1. Ours, in this process: load and warm up.
-    model = load_minilm(np.float32)
-    ids, mask = model.tokenize(SENTENCES)
-
-    def ours():
-        return model.encode(SENTENCES, batch_size=32)
-
-    time_it(ours, args.warmup, 0)
-    ours_emb = ours()
-
-    # 2. PyTorch, in a separate process that waits for our requests.
+    load_before = load_average()  # other jobs on the machine make every figure noisy
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    cmd = [args.ref_python, str(Path(__file__).resolve()), "--torch-worker"]
-    cmd.append(f"--warmup={args.warmup}")
-    if args.threads:
-        cmd.append(f"--threads={args.threads}")
+    me = str(Path(__file__).resolve())
+    common = [f"--warmup={args.warmup}"] + ([f"--threads={args.threads}"] if args.threads else [])
+    sides = {}
     try:
-        torch_side = TimedProcess(cmd, f"the PyTorch side ({' '.join(cmd)})", env)
-    except RuntimeError as exc:
-        sys.exit(str(exc))
-    try:
-        torch_result = torch_side.ready
-        # 3. Rounds: one call each, alternating who goes first.
-        ours_times, torch_times = [], []
-        for r in range(args.reps):
-            for side in ("ours", "torch") if r % 2 == 0 else ("torch", "ours"):
-                time.sleep(args.pause)  # let the other side's threads go idle
-                if side == "torch":
-                    torch_times.append(torch_side.time_one_call())
-                else:
-                    ours_times += time_it(ours, 0, 1)
+        for side, python, extra in (
+            ("ours", sys.executable, []),
+            ("reference", args.ref_python, []),
+            ("ceiling", sys.executable, None),
+        ):
+            if extra is None:  # the ceiling pads the batch as ours does
+                extra = [f"--padded={sides['ours'].ready['padded_to']}"]
+            worker = {"ours": "ours", "reference": "torch", "ceiling": "ceiling"}[side]
+            cmd = [python, me, "--worker", worker, *common, *extra]
+            try:
+                sides[side] = TimedProcess(cmd, f"the {side} side ({' '.join(cmd)})", env)
+            except RuntimeError as exc:
+                sys.exit(str(exc))
+        times = run_rounds(
+            {s: w.time_one_call for s, w in sides.items()}, max(1, args.rounds), args.pause
+        )
     finally:
-        torch_side.close()
-    torch_result["times"] = torch_times
-
-    load_after = os.getloadavg()[0]
-    ours_ms = statistics.median(ours_times) * 1e3
-    torch_ms = statistics.median(torch_result["times"]) * 1e3
-    ratio = statistics.median(a / b for a, b in zip(ours_times, torch_times, strict=True))
-    diff = float(np.max(np.abs(ours_emb - np.asarray(torch_result["embeddings"]))))
-    lengths = mask.sum(axis=1)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
-    print("cpu:", cpu_model())
-    print(f"load average (1 min) before / after: {load_before:.2f} / {load_after:.2f}")
+        for w in sides.values():
+            w.close()
+    ready = {s: w.ready for s, w in sides.items()}
+    ours_emb = np.asarray(ready["ours"]["embeddings"])
+    diff = float(np.max(np.abs(ours_emb - np.asarray(ready["reference"]["embeddings"]))))
+    lengths = np.asarray(ready["ours"]["tokens"])
+    ref = ready["reference"]
     threads = args.threads or os.cpu_count()
-    print(f"threads per side: {threads}")
-    print(
-        f"numpy {np.__version__}; torch {torch_result['torch']} "
-        f"({torch_result['threads']} threads), sentence-transformers "
-        f"{torch_result['sentence_transformers']}"
+    argv = sys.argv[1:]
+    res = result(
+        "minilm_1thread" if args.threads == 1 else "minilm",
+        "all-MiniLM-L6-v2 sentence embeddings" + (", one thread" if args.threads == 1 else ""),
+        {
+            "sentences": len(SENTENCES),
+            "tokens_min": int(lengths.min()),
+            "tokens_max": int(lengths.max()),
+            "tokens_mean": round(float(lengths.mean()), 1),
+            "padded_to": ready["ours"]["padded_to"],
+            "dtype": "float32",
+            "ceiling_products": ready["ceiling"]["products"],
+        },
+        "sentence-transformers",
+        [size_entry("encode", f"encode {len(SENTENCES)} sentences", times)],
+        unit="ms",
+        checks={
+            "max_abs_diff_embeddings": diff,
+            "same_tokens": ready["ours"]["tokens"] == ref["tokens"],
+        },
+        machine=machine(
+            {
+                "ours": ready["ours"]["threads"],
+                "reference": f"torch {ref['threads']}",
+                "ceiling": f"BLAS {threads}",
+            },
+            {"torch": ref["torch"], "sentence_transformers": ref["sentence_transformers"]},
+        ),
+        load={"before": load_before, "after": load_average()},
+        command=command_line("bench_minilm.py", argv, prefix="HF_HUB_OFFLINE=1 "),
+        rounds=args.rounds,
     )
     print(
         f"input: {len(SENTENCES)} sentences, {lengths.min()}-{lengths.max()} tokens "
-        f"(mean {lengths.mean():.1f}), one batch padded to {ids.shape[1]}; float32; "
-        f"{args.reps} rounds of one call per side after {args.warmup} warm-up"
+        f"(mean {lengths.mean():.1f}), one batch padded to {ready['ours']['padded_to']}; float32; "
+        f"{args.rounds} rounds of one call per side after {args.warmup} warm-up"
     )
-    print(f"ours (NumPy):                  {ours_ms:8.2f} ms per encode")
-    print(f"sentence-transformers (torch): {torch_ms:8.2f} ms per encode")
-    print(f"ratio ours / torch:            {ratio:8.2f}  (target <= 1.0; median over the rounds)")
     print(f"max |ours - torch| embeddings: {diff:.2e}")
-    if args.json:
-        result = {
-            "command": "HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_minilm.py "
-            f"--reps {args.reps} --warmup {args.warmup} --pause {args.pause}"
-            + (f" --threads {args.threads}" if args.threads else "")
-            + f" --json {args.json}",
-            "date": time.strftime("%Y-%m-%d"),
-            "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "arch": platform.machine()},
-            "load_average_1min": [round(load_before, 2), round(load_after, 2)],
-            "threads": threads,
-            "versions": {
-                "numpy": np.__version__,
-                "torch": torch_result["torch"],
-                "sentence_transformers": torch_result["sentence_transformers"],
-                "torch_threads": torch_result["threads"],
-            },
-            "input": {
-                "sentences": len(SENTENCES),
-                "tokens_min": int(lengths.min()),
-                "tokens_max": int(lengths.max()),
-                "tokens_mean": round(float(lengths.mean()), 1),
-                "padded_to": int(ids.shape[1]),
-                "dtype": "float32",
-            },
-            "reps": args.reps,
-            "warmup": args.warmup,
-            "ours_ms": round(ours_ms, 2),
-            "torch_ms": round(torch_ms, 2),
-            "ratio": round(ratio, 3),
-            "ratio_definition": "median over the rounds of ours / torch, one call each per round",
-            "ours_times_ms": [round(t * 1e3, 2) for t in ours_times],
-            "torch_times_ms": [round(t * 1e3, 2) for t in torch_result["times"]],
-            "max_abs_diff": diff,
-        }
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-        print(f"wrote {path}")
+    report(res, args.json)
 
 
 if __name__ == "__main__":

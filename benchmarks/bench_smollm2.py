@@ -26,11 +26,17 @@ tokens). Measured, per side:
   whose ``put`` transformers calls with every new token);
 - peak RSS: ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` of the worker at the end.
 
-Medians over the rounds. Speed is always given as "x times the speed of transformers":
-their time / our time (above 1 = we are faster); memory as our peak / their peak. The script
-also checks that both sides produced the same 64 tokens. Run from the repository root::
+A third side, the NumPy **ceiling** (``--worker ceiling``), makes only the matrix products of the
+same passes at the same shapes (float32 weights of the model's sizes, each read once per token;
+the keys and values from a cache) and one ``np.exp`` per score and per SiLU element (see
+``ceiling.py``): the memory-bound least work of any NumPy implementation, on the same threads.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_smollm2.py --rounds 3
+Medians over the rounds (``--rounds``, default 5). Speed is always given as "x times the speed
+of transformers": their time / our time (above 1 = we are faster), and ours / ceiling time; the
+decoding step is the time per token (tokens/s = 1 / it). The script also checks that both
+sides produced the same 64 tokens. Run from the repository root::
+
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_smollm2.py --rounds 5
 
 This is a measurement, not a test: on a shared machine the figures are noisy.
 """
@@ -40,19 +46,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import sys
 import time
 from pathlib import Path
 
-from timed_calls import THREAD_VARS, TimedProcess, cpu_model
+from report import command_line, load_average, machine, report, result, size_entry
+from timed_calls import THREAD_VARS, TimedProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REF_PYTHON = ROOT / ".venv-ref" / "bin" / "python"
 DEFAULT_JSON = ROOT / "src" / "transformer_np" / "data" / "smollm2_bench.json"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# The sizes of SmolLM2-135M, for the ceiling (checked against the loaded model's config).
+SMOLLM2 = {"vocab_size": 49152, "d_model": 576, "n_layers": 30, "n_heads": 9}
+SMOLLM2.update({"n_kv_heads": 3, "d_ff": 1536})
+PROMPT_TOKENS = 90  # the prompt's length in tokens (checked against the tokenizer)
 
 # About 100 tokens of plain English (the same ids on both sides: the script checks it).
 PROMPT = (
@@ -110,6 +120,29 @@ def worker(side: str, threads: int, new: int) -> None:
             return generate(model, ids, n, use_cache=True)[0, ids.shape[1] :].tolist()
 
         versions = {"numpy": np.__version__}
+        config = {k: getattr(model.config, k) for k in SMOLLM2}
+    elif side == "ceiling":  # the least NumPy work of the same passes (see ceiling.py)
+        t_import = time.perf_counter()
+        from ceiling import Ceiling, generation
+
+        t0 = time.perf_counter()
+        cfg = {"L": SMOLLM2["n_layers"], "D": SMOLLM2["d_model"], "H": SMOLLM2["n_heads"]}
+        cfg.update({"KV": SMOLLM2["n_kv_heads"], "F": SMOLLM2["d_ff"], "V": SMOLLM2["vocab_size"]})
+        cfg.update({"Dh": cfg["D"] // cfg["H"], "gated": True, "exp_ff": True})  # SiLU: one exp
+        prefill, steps = generation(cfg, 1, PROMPT_TOKENS, new)
+        ceiling = Ceiling([prefill, *steps])
+        load_s = time.perf_counter() - t0
+        ids = np.zeros((1, PROMPT_TOKENS), np.int64)
+
+        def run(n: int) -> list[int]:
+            stamps.clear()
+            for i in range(n):
+                ceiling.run(i)  # 0: the prefill, then one pass per new token
+                stamps.append(time.perf_counter())
+            return [0] * n
+
+        versions = {"numpy": np.__version__}
+        config = None
     else:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         t_import = time.perf_counter()
@@ -161,6 +194,7 @@ def worker(side: str, threads: int, new: int) -> None:
             "gguf": md.version("gguf"),
             "torch_threads": torch.get_num_threads(),
         }
+        config = None
     import_s = t0 - t_import
     rss_loaded = peak_rss_mb()
     tokens = run(new)  # the warm-up, and the tokens both sides must agree on
@@ -173,6 +207,7 @@ def worker(side: str, threads: int, new: int) -> None:
         "prompt_ids": [int(i) for i in ids[0].tolist()],
         "tokens": tokens,
         "versions": versions,
+        "config": config,
     }
     print(json.dumps(ready), flush=True)
     for line in sys.stdin:
@@ -208,13 +243,9 @@ class Side(TimedProcess):
         return peak
 
 
-def median(xs):
-    return statistics.median(xs)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=3, help="rounds (fresh workers each)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds (fresh workers each)")
     parser.add_argument("--new", type=int, default=64, help="new tokens of the decoding call")
     parser.add_argument("--pause", type=float, default=0.5, help="seconds before each call")
     parser.add_argument(
@@ -228,7 +259,7 @@ def main() -> None:
     parser.add_argument(
         "--json", metavar="PATH", default=str(DEFAULT_JSON), help="where to write the results"
     )
-    parser.add_argument("--worker", choices=["ours", "torch"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["ours", "torch", "ceiling"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     threads = args.threads or os.cpu_count()
     if args.new < 2:
@@ -245,12 +276,14 @@ def main() -> None:
     cmds = {
         "ours": [sys.executable, *common, "--worker", "ours"],
         "torch": [args.ref_python, *common, "--worker", "torch"],
+        "ceiling": [sys.executable, *common, "--worker", "ceiling"],
     }
-    load_before = os.getloadavg()[0]
+    load_before = load_average()
     m = {s: {k: [] for k in ("load", "prefill", "decode", "steps", "peak")} for s in cmds}
     ready = {}
+    names = list(cmds)
     for r in range(args.rounds):
-        order = ("ours", "torch") if r % 2 == 0 else ("torch", "ours")
+        order = names[r % 3 :] + names[: r % 3]  # who goes first rotates
         sides = {}
         try:
             for s in order:  # one after the other: never two loads at once
@@ -267,113 +300,84 @@ def main() -> None:
                     m[s][what].append(answer["t"])
                     if what == "decode":
                         assert answer["n"] == args.new, answer
-                        m[s]["steps"].append(answer["steps_s"])
+                        m[s]["steps"].append(answer["steps_s"] / (args.new - 1))
             for s in order:
                 m[s]["peak"].append(sides[s].finish())
         finally:
             for side in sides.values():
                 side.close()
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
-    load_after = os.getloadavg()[0]
 
     new = args.new
-    res = {}
-    for s in cmds:
-        pre = m[s]["prefill"]
-        rates = [(new - 1) / steps for steps in m[s]["steps"]]
-        res[s] = {
-            "load_s": median(m[s]["load"]),
-            "prefill_s": median(pre),
-            "generate_s": median(m[s]["decode"]),
-            "decode_tokens_per_s": median(rates),
-            "peak_rss_mb": median(m[s]["peak"]),
-            "import_s": ready[s]["import_s"],
-            "peak_rss_after_load_mb": ready[s]["peak_rss_after_load_mb"],
-        }
-    o, t = res["ours"], res["torch"]
-    speed = {  # their time / our time: above 1 = we are faster
-        "load": t["load_s"] / o["load_s"],
-        "prefill": t["prefill_s"] / o["prefill_s"],
-        "decode": o["decode_tokens_per_s"] / t["decode_tokens_per_s"],
-        "generate": t["generate_s"] / o["generate_s"],
-    }
-    memory_ratio = o["peak_rss_mb"] / t["peak_rss_mb"]
     same_ids = ready["ours"]["prompt_ids"] == ready["torch"]["prompt_ids"]
     same_tokens = ready["ours"]["tokens"] == ready["torch"]["tokens"]
     n_prompt = len(ready["ours"]["prompt_ids"])
+    if n_prompt != PROMPT_TOKENS or ready["ours"]["config"] != SMOLLM2:
+        sys.exit(f"the ceiling's sizes are not the model's: {n_prompt}, {ready['ours']['config']}")
     tv = ready["torch"]["versions"]
+    key = {"ours": "ours", "torch": "reference", "ceiling": "ceiling"}
 
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; threads per side: {threads}")
-    print(f"load average (1 min) before / after: {load_before:.2f} / {load_after:.2f}")
-    print(
-        f"numpy {ready['ours']['versions']['numpy']}; torch {tv['torch']} "
-        f"({tv['torch_threads']} threads), transformers {tv['transformers']}, gguf {tv['gguf']}"
-    )
-    print(
-        f"prompt: {n_prompt} tokens (same ids on both sides: {same_ids}); {new} new greedy "
-        f"tokens with the cache; float32; medians of {args.rounds} rounds"
-    )
-    print(f"same {new} new tokens on both sides: {same_tokens}")
-    rows = [
-        ("load (weights + tokenizer)", "load_s", "s", "load"),
-        (f"prefill ({n_prompt} tokens, 1 new)", "prefill_s", "s", "prefill"),
-        (f"generate {new} new tokens", "generate_s", "s", "generate"),
-        ("decoding (tokens/s)", "decode_tokens_per_s", "tok/s", "decode"),
+    def times(what, sides=cmds):
+        return {key[s]: m[s][what] for s in sides}
+
+    sizes = [
+        size_entry("load", "load (weights + tokenizer)", times("load", ("ours", "torch"))),
+        size_entry("prefill", f"prefill ({n_prompt} tokens, 1 new)", times("prefill")),
+        size_entry("decode_step", "one decoding step (1 token)", times("steps")),
+        size_entry("generate", f"generate {new} new tokens", times("decode")),
     ]
-    print()
-    print(f"| {'':32s} | {'ours (NumPy)':>14s} | {'transformers':>14s} | {'x speed':>8s} |")
-    print(f"|{'-' * 34}|{'-' * 16}|{'-' * 16}|{'-' * 10}|")
-    for label, key, unit, sp in rows:
-        print(
-            f"| {label:32s} | {o[key]:8.3f} {unit:>5s} | {t[key]:8.3f} {unit:>5s} "
-            f"| {speed[sp]:8.2f} |"
-        )
-    print(
-        f"| {'peak RSS (MB)':32s} | {o['peak_rss_mb']:14.0f} | {t['peak_rss_mb']:14.0f} | {'':8s} |"
-    )
-    print()
-    print("x speed = the speed of ours as a multiple of transformers' (their time / our time;")
-    print(f"above 1 = ours is faster). Memory: our peak RSS / theirs = {memory_ratio:.2f}.")
-
-    result = {
-        "command": "HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_smollm2.py "
-        f"--rounds {args.rounds} --new {new} --pause {args.pause}"
-        + (f" --threads {args.threads}" if args.threads else "")
-        + f" --json {args.json}",
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "arch": platform.machine()},
-        "load_average_1min": [round(load_before, 2), round(load_after, 2)],
-        "threads": threads,
-        "versions": {"numpy": ready["ours"]["versions"]["numpy"], **tv},
-        "input": {
+    for e in sizes:
+        if e["size"] == "decode_step":
+            e["tokens_per_s"] = {s: 1 / e[s]["median_s"] for s in ("ours", "reference", "ceiling")}
+    peak = {key[s]: statistics.median(m[s]["peak"]) for s in cmds}
+    res = result(
+        "smollm2",
+        "SmolLM2-135M-Instruct, greedy generation with the cache",
+        {
             "prompt": PROMPT,
             "prompt_tokens": n_prompt,
             "new_tokens": new,
             "dtype": "float32",
-            "same_prompt_ids": same_ids,
-            "same_new_tokens": same_tokens,
+            "weights": f"{GGUF_NAME}, dequantized at load time",
+            **SMOLLM2,
         },
-        "rounds": args.rounds,
-        "ours": res["ours"],
-        "transformers": res["torch"],
-        "x_speed": speed,
-        "x_speed_definition": "their time / our time (decode: our tokens/s / theirs); above 1 = "
-        "ours is faster; each figure is a median over the rounds",
-        "peak_rss_ratio_ours_over_theirs": memory_ratio,
-        "definitions": {
-            "load_s": "time of the loading call (weights and tokenizer), imports excluded",
-            "prefill_s": "generation of 1 new token: the prompt in one pass and one argmax",
-            "generate_s": f"generation of {new} new tokens with the cache (prefill included)",
-            "decode_tokens_per_s": f"({new} - 1) / (time from the first new token to the "
-            "last, inside the decoding call), per round",
+        "transformers",
+        sizes,
+        unit="s",
+        checks={"same_prompt_ids": same_ids, "same_new_tokens": same_tokens},
+        peak_rss_mb=peak,
+        definitions={
+            "load": "time of the loading call (weights and tokenizer), imports excluded; "
+            "the ceiling loads nothing",
+            "prefill": "generation of 1 new token: the prompt in one pass and one argmax",
+            "decode_step": f"(time from the first new token to the last) / ({new} - 1), inside "
+            "the decoding call, per round",
+            "generate": f"generation of {new} new tokens with the cache (prefill included)",
             "peak_rss_mb": "ru_maxrss of the worker process at the end of the round",
         },
-        "raw": {s: {k: v for k, v in m[s].items()} for s in m},
-    }
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {path}")
+        machine=machine(
+            {"ours": threads, "reference": tv["torch_threads"], "ceiling": threads},
+            {"torch": tv["torch"], "transformers": tv["transformers"], "gguf": tv["gguf"]},
+        ),
+        load={"before": load_before, "after": load_average()},
+        command=command_line("bench_smollm2.py", sys.argv[1:], prefix="HF_HUB_OFFLINE=1 "),
+        rounds=args.rounds,
+    )
+    print(
+        f"prompt: {n_prompt} tokens (same ids on both sides: {same_ids}); {new} new greedy "
+        f"tokens with the cache; float32"
+    )
+    print(f"same {new} new tokens on both sides: {same_tokens}")
+    d = sizes[2]["tokens_per_s"]
+    print(
+        f"decoding (tokens/s): ours {d['ours']:.1f}, transformers {d['reference']:.1f}, "
+        f"ceiling {d['ceiling']:.1f}"
+    )
+    print(
+        f"peak RSS (MB): ours {peak['ours']:.0f}, transformers {peak['reference']:.0f}, "
+        f"ceiling {peak['ceiling']:.0f}"
+    )
+    report(res, args.json)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""One training step (forward, loss, backward, Adam) in NumPy against the same model in PyTorch.
+"""One training step (forward, loss, backward, Adam) in NumPy against PyTorch and the NumPy ceiling.
 
 Workload (issue 5): d_model 64, 2 layers, 4 heads, d_ff 256, batch 32, length 32, float32.
 
@@ -12,29 +12,31 @@ Workload (issue 5): d_model 64, 2 layers, 4 heads, d_ff 256, batch 32, length 32
 Both steps use the cross-entropy loss, gradient clipping at norm 1 and Adam. PyTorch runs
 with its default threads (``torch.get_num_threads()``); NumPy runs its matrix products on one
 OpenBLAS thread, as :func:`transformer_np.train.fit` does (``--numpy-blas-threads default`` to
-leave OpenBLAS alone).
+leave OpenBLAS alone). The third side, the **ceiling**, makes only the matrix products of the
+same step (every product of the forward and the backward pass, at the same shapes, float32, on
+the same BLAS threads as ours) and one ``np.exp`` per attention score, per GELU element and per
+logit (see ``ceiling.py``): the least NumPy work of any implementation.
 
-Method: each side runs in its own fresh process (this script re-invokes itself with
-``--worker``), so the two thread pools never compete inside one process. ``--warmup`` untimed
-steps, then ``--reps`` timed steps; the median and the minimum are reported, and the ratio of
-medians. The machine is shared and noisy: run it a few times.
+Method: each side runs in its own process (this script re-invokes itself with ``--worker``),
+makes ``--warmup`` untimed steps, then the three are timed in ``--rounds`` interleaved rounds of
+one step each (see ``report.py``). Printed and saved: the medians, "x PyTorch" = PyTorch time /
+our time (above 1 = ours is faster) and ours / ceiling time.
 
 Usage::
 
-    python benchmarks/bench_train_step.py
-    python benchmarks/bench_train_step.py --model seq2seq --reps 50
+    python benchmarks/bench_train_step.py --json src/transformer_np/data/train_step_lm.json
+    python benchmarks/bench_train_step.py --model seq2seq --rounds 50
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import statistics
-import subprocess
 import sys
-import time
+from pathlib import Path
+
+from report import command_line, load_average, machine, report, result, run_rounds, size_entry
+from timed_calls import TimedProcess, serve
 
 B, T, D, H, L, DFF, V = 32, 32, 64, 4, 2, 256, 64
 
@@ -53,17 +55,6 @@ def _batch(rng, model_kind):
         tgt[b, n + 1 :] = 0
     tgt[:, 0] = 1
     return src, tgt[:, :-1], tgt[:, 1:].astype(np.int64)
-
-
-def _time(step, warmup, reps):
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return times
 
 
 def worker_numpy(args):
@@ -106,16 +97,39 @@ def worker_numpy(args):
     opt = Adam(model.parameters(), lr=1e-4)
     batch = _batch(rng, args.model)
     ctx = blas_single_threaded() if args.numpy_blas_threads == "one" else contextlib.nullcontext()
+    from transformer_np._kernels.threads import num_threads
+
+    def step():
+        train_step(model, batch, opt, loss_fn, clip_norm=1.0)
+
     with ctx:
-        times = _time(
-            lambda: train_step(model, batch, opt, loss_fn, clip_norm=1.0), args.warmup, args.reps
-        )
-    return {
-        "times": times,
-        "parameters": model.num_parameters(),
-        "blas_threads": args.numpy_blas_threads,
-        "numpy": np.__version__,
-    }
+        for _ in range(args.warmup):
+            step()
+        ready = {
+            "parameters": model.num_parameters(),
+            "threads": f"BLAS {args.numpy_blas_threads}, transformer_np {num_threads()}",
+        }
+        serve(step, ready)
+
+
+def worker_ceiling(args):
+    import contextlib
+
+    from ceiling import Ceiling, train_lm, train_seq2seq
+
+    from transformer_np._kernels.threads import blas_single_threaded
+
+    ops = (train_lm if args.model == "lm" else train_seq2seq)(B, T, D, H, L, DFF, V)
+    ceiling = Ceiling([ops])
+    ctx = blas_single_threaded() if args.numpy_blas_threads == "one" else contextlib.nullcontext()
+    with ctx:
+        for _ in range(args.warmup):
+            ceiling.run()
+        ready = {
+            "products": sum(op[0] == "mm" for op in ops),
+            "threads": f"BLAS {args.numpy_blas_threads}",
+        }
+        serve(ceiling.run, ready)
 
 
 def worker_torch(args):
@@ -196,78 +210,105 @@ def worker_torch(args):
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
-    times = _time(step, args.warmup, args.reps)
-    return {
-        "times": times,
+    for _ in range(args.warmup):
+        step()
+    ready = {
         "parameters": sum(p.numel() for p in model.parameters()),
-        "threads": torch.get_num_threads(),
+        "threads": f"torch {torch.get_num_threads()}",
         "torch": torch.__version__,
     }
+    serve(step, ready)
 
 
-def _run_worker(which, args):
-    cmd = [
-        sys.executable,
-        os.path.abspath(__file__),
-        "--worker",
-        which,
-        "--model",
-        args.model,
-        "--warmup",
-        str(args.warmup),
-        "--reps",
-        str(args.reps),
-        "--numpy-blas-threads",
-        args.numpy_blas_threads,
-        "--torch-threads",
-        str(args.torch_threads),
-    ]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def _start(which, args):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", which, "--model", args.model]
+    cmd += ["--warmup", str(args.warmup), "--numpy-blas-threads", args.numpy_blas_threads]
+    cmd += ["--torch-threads", str(args.torch_threads)]
+    env = dict(os.environ)
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    return TimedProcess(cmd, f"the {which} side", env)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", choices=["lm", "seq2seq"], default="lm")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--reps", type=int, default=30)
+    p.add_argument(
+        "--rounds",
+        "--reps",
+        dest="rounds",
+        type=int,
+        default=30,
+        help="interleaved rounds (one step each)",
+    )
+    p.add_argument("--pause", type=float, default=0.05, help="seconds before each timed step")
     p.add_argument("--numpy-blas-threads", choices=["one", "default"], default="one")
     p.add_argument(
         "--torch-threads", type=int, default=0, help="torch.set_num_threads (0: its default)"
     )
-    p.add_argument("--worker", choices=["numpy", "torch"], default=None, help=argparse.SUPPRESS)
+    p.add_argument("--json", metavar="PATH", help="write the results (shared schema) here")
+    p.add_argument(
+        "--worker", choices=["numpy", "torch", "ceiling"], default=None, help=argparse.SUPPRESS
+    )
     args = p.parse_args(argv)
     if args.worker:
-        result = worker_numpy(args) if args.worker == "numpy" else worker_torch(args)
-        print(json.dumps(result))
+        {"numpy": worker_numpy, "torch": worker_torch, "ceiling": worker_ceiling}[args.worker](args)
         return 0
 
-    mine = _run_worker("numpy", args)
-    theirs = _run_worker("torch", args)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    load_before = load_average()
+    sides = {}
+    try:
+        for side, which in (("ours", "numpy"), ("reference", "torch"), ("ceiling", "ceiling")):
+            sides[side] = _start(which, args)
+        times = run_rounds(
+            {s: w.time_one_call for s, w in sides.items()}, max(1, args.rounds), args.pause
+        )
+    finally:
+        for w in sides.values():
+            w.close()
+    ready = {s: w.ready for s, w in sides.items()}
+    label = f"one training step, {args.model}"
+    res = result(
+        f"train_step_{args.model}",
+        "One training step" + (" (decoder-only LM)" if args.model == "lm" else " (seq2seq)"),
+        {
+            "model": args.model,
+            "d_model": D,
+            "layers": L,
+            "heads": H,
+            "d_ff": DFF,
+            "batch": B,
+            "length": T,
+            "vocabulary": V,
+            "dtype": "float32",
+            "parameters": {
+                "ours": ready["ours"]["parameters"],
+                "torch": ready["reference"]["parameters"],
+            },
+            "ceiling_products": ready["ceiling"]["products"],
+        },
+        "PyTorch",
+        [size_entry(args.model, label, times)],
+        unit="ms",
+        checks={
+            "same_parameter_count": ready["ours"]["parameters"] == ready["reference"]["parameters"]
+        },
+        machine=machine(
+            {s: ready[s]["threads"] for s in sides}, {"torch": ready["reference"]["torch"]}
+        ),
+        load={"before": load_before, "after": load_average()},
+        command=command_line("bench_train_step.py", argv),
+        rounds=args.rounds,
+    )
     print(
         f"one training step, {args.model}: d_model {D}, {L} layers, {H} heads, d_ff {DFF}, "
         f"batch {B}, length {T}, vocabulary {V}, float32"
     )
     print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"load average {load:.2f}"
+        f"parameters: numpy {ready['ours']['parameters']}, torch {ready['reference']['parameters']}"
     )
-    print(f"parameters: numpy {mine['parameters']}, torch {theirs['parameters']}")
-    for name, r, extra in (
-        ("numpy", mine, f"OpenBLAS threads: {mine['blas_threads']}"),
-        ("torch", theirs, f"torch threads: {theirs['threads']}"),
-    ):
-        ms = [1e3 * t for t in r["times"]]
-        print(
-            f"  {name:6s} median {statistics.median(ms):7.2f} ms   min {min(ms):7.2f} ms   "
-            f"({len(ms)} steps; {extra})"
-        )
-    ratio = statistics.median(mine["times"]) / statistics.median(theirs["times"])
-    print(
-        f"ratio numpy / torch (medians): {ratio:.2f}  "
-        f"({'numpy faster' if ratio < 1 else 'torch faster'})"
-    )
+    report(res, args.json)
     return 0
 
 

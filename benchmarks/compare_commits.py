@@ -26,15 +26,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
+# Each regex has one group per output format (the scripts' old lines, then the rows of the table
+# that report.py prints, in ms): the first group that matches is the figure.
+TRAIN_STEP = r"numpy\s+median\s+([\d.]+) ms|^\| one training step[^|]*\|\s+([\d.]+)"
 # name: (script arguments, {figure: regex on the script's output, one number in ms or s})
 BENCHMARKS = {
     "train step, lm": (
         ["bench_train_step.py", "--model", "lm", "--reps", "30"],
-        {"numpy ms": r"numpy\s+median\s+([\d.]+) ms"},
+        {"numpy ms": TRAIN_STEP},
     ),
     "train step, seq2seq": (
         ["bench_train_step.py", "--model", "seq2seq", "--reps", "30"],
-        {"numpy ms": r"numpy\s+median\s+([\d.]+) ms"},
+        {"numpy ms": TRAIN_STEP},
     ),
     "decoding, 200 tokens": (
         ["bench_decoding.py", "--new", "200", "--reps", "3"],
@@ -67,7 +70,7 @@ BENCHMARKS = {
     ),
     "MiniLM, 32 sentences": (
         ["bench_minilm.py", "--reps", "10", "--ref-python", str(ROOT / ".venv-ref/bin/python")],
-        {"numpy ms": r"ours \(NumPy\):\s+([\d.]+) ms"},
+        {"numpy ms": r"ours \(NumPy\):\s+([\d.]+) ms|^\| encode \d+ sentences\s*\|\s+([\d.]+)"},
     ),
 }
 
@@ -130,7 +133,7 @@ def main(argv=None) -> None:
                             m = re.search(pattern, out, re.MULTILINE)
                             if m is None:
                                 raise RuntimeError(f"no {fig!r} in the output of {name}:\n{out}")
-                            values[side][fig].append(float(m.group(1)))
+                            values[side][fig].append(float(next(g for g in m.groups() if g)))
                 for fig in figures:
                     old = statistics.median(values["old"][fig])
                     new = statistics.median(values["new"][fig])
