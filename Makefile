@@ -6,11 +6,11 @@
 # Reference values and benchmarks (not part of the tests):
 #   make reference    rerun sentence-transformers and transformers (in .venv-ref) to rewrite the
 #                     MiniLM and SmolLM2 references in src/transformer_np/data/*_reference.*
-#   make bench        every benchmark script, rewriting their results in src/transformer_np/data/
-#                     (and the attention tables in benchmarks/results/): MiniLM against
-#                     sentence-transformers and SmolLM2 against transformers, in .venv-ref;
-#                     attention and the training step against PyTorch in .venv; decoding with
-#                     and without the cache
+#   make bench        every benchmark script (ours, the reference and the NumPy ceiling of each
+#                     workload: MiniLM against sentence-transformers and SmolLM2 against
+#                     transformers in .venv-ref; attention, training steps and decoding against
+#                     PyTorch in .venv), their results in src/transformer_np/data/, then the
+#                     tables of the results page (docs/*/benchmarks.md) in benchmarks/results/
 
 PYTHON  ?= python3
 VENV    ?= .venv
@@ -102,14 +102,16 @@ reference: $(REF_STAMP)
 
 bench: $(TEST_STAMP) $(REF_STAMP)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_minilm.py --ref-python $(REF_VENV)/bin/python \
-		--reps 20 --json $(DATA)/minilm.json
+		--rounds 20 --json $(DATA)/minilm.json
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_minilm.py --ref-python $(REF_VENV)/bin/python \
 		--threads 1 --json $(DATA)/minilm_1thread.json
 	$(PY) benchmarks/bench_attention.py
-	$(PY) benchmarks/bench_train_step.py
+	$(PY) benchmarks/bench_train_step.py --model lm --json $(DATA)/train_step_lm.json
+	$(PY) benchmarks/bench_train_step.py --model seq2seq --json $(DATA)/train_step_seq2seq.json
 	$(PY) benchmarks/bench_decoding.py --new 200 500 --json $(DATA)/decoding.json
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_smollm2.py --ref-python $(REF_VENV)/bin/python \
-		--rounds 3 --json $(DATA)/smollm2_bench.json
+		--rounds 5 --json $(DATA)/smollm2_bench.json
+	$(PY) benchmarks/write_results_page.py
 
 clean:
 	rm -rf site build .pytest_cache .ruff_cache test-artifacts .cache

@@ -1,13 +1,15 @@
-"""The benchmark scripts run end to end and write their results.
+"""The benchmark scripts run end to end and write their results in the shared schema.
 
-Smoke runs on tiny sizes: they check that the scripts work (for attention: every
-implementation, PyTorch in its own process, the memory and time measurements, the table, JSON
-and plot; for decoding: both paths and the JSON), never how fast anything is.
+Smoke runs on tiny sizes: they check that every script works (all its sides, each in its own
+process, the checks it makes, the JSON of ``benchmarks/report.py``: ours, the reference and the
+NumPy ceiling per workload, "x reference" = reference time / our time), and that the results
+page's writer turns those files into tables; never how fast anything is.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -15,20 +17,63 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "bench_attention.py"
-DECODING = ROOT / "benchmarks" / "bench_decoding.py"
+BENCH = ROOT / "benchmarks"
+SCRIPT = BENCH / "bench_attention.py"
+REF_PYTHON = ROOT / ".venv-ref" / "bin" / "python"
+SIDES = ("ours", "reference", "ceiling")
+
+
+def run(script: str, *args, timeout=300) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(BENCH / script), *map(str, args)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def check_schema(path: Path, benchmark: str, n_sizes: int, ceiling=True) -> dict:
+    """The shared schema: per size the three sides' medians and rounds, and the two ratios."""
+    res = json.loads(path.read_text())
+    assert res["schema"] == "transformer_np-bench/1" and res["benchmark"] == benchmark
+    assert len(res["sizes"]) == n_sizes
+    for e in res["sizes"]:
+        sides = SIDES if ceiling or e["size"] != "load" else SIDES[:2]
+        for side in sides:
+            s = e[side]
+            assert s["median_s"] > 0 and len(s["times_s"]) >= 1, (side, e)
+        assert math.isclose(e["x_reference"], e["reference"]["median_s"] / e["ours"]["median_s"])
+        if e["ceiling"]:
+            assert math.isclose(
+                e["ours_over_ceiling"], e["ours"]["median_s"] / e["ceiling"]["median_s"]
+            )
+    m = res["machine"]
+    assert m["cpu"] and m["cores"] >= 1 and m["numpy"] and set(m["threads"]) >= set(SIDES[:2])
+    assert len(res["load"]["before"]) == 3 and len(res["load"]["after"]) == 3
+    assert res["date"] and res["command"] and res["rounds"] >= 1 and res["workload"]
+    return res
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    """One folder for the quick runs, which the page-writer test reads too."""
+    return tmp_path_factory.mktemp("bench")
 
 
 @pytest.mark.slow
-def test_benchmark_quick_run_writes_table_json_and_plot(tmp_path):
-    out = tmp_path / "bench.json"
-    cmd = [sys.executable, str(SCRIPT), "--quick", "--sizes", "32", "--reps", "1", "--warmup", "0"]
-    proc = subprocess.run(
-        cmd + ["--out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT
+def test_benchmark_quick_run_writes_table_json_and_plot(quick):
+    out = quick / "attention.json"
+    proc = run(
+        "bench_attention.py",
+        "--quick",
+        "--sizes",
+        "32",
+        "--reps",
+        "1",
+        "--warmup",
+        "0",
+        "--out",
+        out,
     )
-    assert proc.returncode == 0, proc.stderr
-
-    res = json.loads(out.read_text())
+    res = check_schema(out, "attention", 1)
     impls = {r["impl"] for r in res["rows"]}
     assert impls == {"naive", "sdpa", "sdpa_nw", "blockwise", "products", "products_exp", "torch"}
     for row in res["rows"]:
@@ -50,6 +95,7 @@ def test_benchmark_quick_run_writes_table_json_and_plot(tmp_path):
     assert "| two products only \u2020 | 32 |" in table
     assert "| two products + `np.exp` \u2020 | 32 |" in table
     assert "`sdpa` = `scaled_dot_product_attention`" in table
+    assert "| n = 32 " in proc.stdout and "ours / ceiling" in proc.stdout
 
     table_it = out.with_suffix(".it.md").read_text()
     assert table_it.startswith("| implementazione | n |")
@@ -60,17 +106,115 @@ def test_benchmark_quick_run_writes_table_json_and_plot(tmp_path):
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
 
 
-def test_decoding_benchmark_writes_json_with_identical_tokens(tmp_path):
-    out = tmp_path / "decoding.json"
-    cmd = [sys.executable, str(DECODING), "--new", "3", "6", "--reps", "1", "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr
+@pytest.mark.parametrize("model", ["lm", "seq2seq"])
+def test_train_step_benchmark_writes_the_three_sides(quick, model):
+    out = quick / f"train_step_{model}.json"
+    proc = run(
+        "bench_train_step.py",
+        "--model",
+        model,
+        "--rounds",
+        "2",
+        "--warmup",
+        "1",
+        "--pause",
+        "0",
+        "--json",
+        out,
+    )
+    res = check_schema(out, f"train_step_{model}", 1)
+    assert res["checks"]["same_parameter_count"] is True
+    assert res["workload"]["ceiling_products"] > 0
+    assert "| one training step, " + model in proc.stdout
+    assert "load average (1, 5, 15 min) before" in proc.stdout
 
-    res = json.loads(out.read_text())
-    assert res["command"].startswith("python benchmarks/bench_decoding.py --new 3 6 ")
-    assert [r["new_tokens"] for r in res["results"]] == [3, 6]
-    for r in res["results"]:
-        assert r["identical_tokens"] is True
-        assert r["with_cache_s"] > 0 and r["without_cache_s"] > 0
-        assert r["speedup"] == r["without_cache_s"] / r["with_cache_s"]
+
+def test_decoding_benchmark_writes_json_with_identical_tokens(quick):
+    out = quick / "decoding.json"
+    proc = run(
+        "bench_decoding.py", "--new", "3", "6", "--rounds", "2", "--pause", "0", "--json", out
+    )
+    res = check_schema(out, "decoding", 2)
+    assert res["command"].startswith(".venv/bin/python benchmarks/bench_decoding.py --new 3 6 ")
+    assert [e["size"] for e in res["sizes"]] == ["3", "6"]
+    for e in res["sizes"]:
+        assert e["without_cache"]["median_s"] > 0
+        assert e["cache_speedup"] == e["without_cache"]["median_s"] / e["ours"]["median_s"]
+    # the tokens with and without the cache, and those of PyTorch (same weights), are the same
+    assert all(res["checks"].values()), res["checks"]
     assert "identical tokens: True" in proc.stdout
+
+
+needs_ref = pytest.mark.skipif(not REF_PYTHON.exists(), reason="no .venv-ref (make bench)")
+
+
+@pytest.mark.slow
+@needs_ref
+def test_minilm_benchmark_writes_the_three_sides(quick):
+    out = quick / "minilm.json"
+    proc = run(
+        "bench_minilm.py",
+        "--rounds",
+        "2",
+        "--warmup",
+        "1",
+        "--pause",
+        "0",
+        "--json",
+        out,
+        "--ref-python",
+        REF_PYTHON,
+    )
+    res = check_schema(out, "minilm", 1)
+    assert res["checks"]["max_abs_diff_embeddings"] < 1e-4 and res["checks"]["same_tokens"]
+    assert "| encode 32 sentences" in proc.stdout
+
+
+@pytest.mark.slow
+@needs_ref
+def test_smollm2_benchmark_writes_the_three_sides(quick):
+    out = quick / "smollm2_bench.json"
+    run(
+        "bench_smollm2.py",
+        "--rounds",
+        "1",
+        "--new",
+        "2",
+        "--pause",
+        "0",
+        "--json",
+        out,
+        "--ref-python",
+        REF_PYTHON,
+        timeout=900,
+    )
+    res = check_schema(out, "smollm2", 4, ceiling=False)
+    assert [e["size"] for e in res["sizes"]] == ["load", "prefill", "decode_step", "generate"]
+    assert res["sizes"][0]["ceiling"] is None  # the ceiling loads nothing
+    assert all(res["checks"].values()), res["checks"]
+
+
+def test_results_page_writer_writes_a_table_per_workload(quick, tmp_path):
+    if not (quick / "decoding.json").exists():  # run alone: make the quick results first
+        test_decoding_benchmark_writes_json_with_identical_tokens(quick)
+    written = sorted(p.stem for p in quick.glob("*.json"))
+    proc = run("write_results_page.py", "--data", quick, "--out", tmp_path)
+    for lang, head in (
+        ("it", "| carico di lavoro | nostro (ms) |"),
+        ("en", "| workload | ours (ms) |"),
+    ):
+        page = (tmp_path / f"benchmarks.{lang}.md").read_text()
+        assert page.count("\n## ") + page.startswith("## ") == len(written), written
+        assert page.count(head) >= 1 and "```bash\n.venv/bin/python benchmarks/" in page
+        # a sweep over sizes (decoding: 3 and 6 tokens) has its plot, inline, plain SVG
+        assert "<svg" in page and "http://www.w3.org/2000/svg" in page and "<script" not in page
+    assert "wrote" in proc.stdout
+    assert (tmp_path / "decoding_sizes.svg").read_text().startswith("<svg")
+
+
+def test_results_page_writer_reads_the_saved_results(tmp_path):
+    """The saved files of the package (older formats included) give a page too."""
+    run("write_results_page.py", "--out", tmp_path)
+    for lang in ("it", "en"):
+        page = (tmp_path / f"benchmarks.{lang}.md").read_text()
+        assert page.count("\n## ") + page.startswith("## ") >= 5
