@@ -140,16 +140,16 @@ def language_and_rel(page_path: Path, docs_dir: Path | None = None) -> tuple[str
 # Snippet expansion: pymdownx.snippets, configured as in mkdocs.yml
 
 
-class _IgnoreTagsLoader(yaml.SafeLoader):
+class IgnoreTagsLoader(yaml.SafeLoader):
     """Reads mkdocs.yml without resolving its ``!ENV`` tags."""
 
 
-_IgnoreTagsLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+IgnoreTagsLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 
 def snippets_config(mkdocs_yml: Path = ROOT / "mkdocs.yml") -> dict:
     """The pymdownx.snippets configuration of mkdocs.yml, base paths made absolute."""
-    config = yaml.load(Path(mkdocs_yml).read_text(encoding="utf-8"), Loader=_IgnoreTagsLoader)
+    config = yaml.load(Path(mkdocs_yml).read_text(encoding="utf-8"), Loader=IgnoreTagsLoader)
     for ext in config["markdown_extensions"]:
         if isinstance(ext, dict) and "pymdownx.snippets" in ext:
             return _absolute_base_paths(ext["pymdownx.snippets"], Path(mkdocs_yml).parent)
@@ -193,7 +193,7 @@ def _dedent(line: str, indent: str) -> str:
     return line[len(indent) :] if line.startswith(indent) else line.lstrip()
 
 
-def _read_fence(lines: list[str], i: int) -> tuple[str, str, list[str], int]:
+def read_fence(lines: list[str], i: int) -> tuple[str, str, list[str], int]:
     """The fence opening at line i: (indent, info, body lines dedented, index after it)."""
     m = FENCE_OPEN.match(lines[i])
     indent, fence, info = m["indent"], m["fence"], m["info"].strip()
@@ -230,7 +230,7 @@ def _cells(lines: list[str], hidden: bool = False) -> list[_Cell]:
     while i < len(lines):
         line = lines[i]
         if FENCE_OPEN.match(line):
-            indent, info, body, nxt = _read_fence(lines, i)
+            indent, info, body, nxt = read_fence(lines, i)
             if info == RUN_INFO:
                 cells.append(_Cell("code", body, hidden=hidden))
             elif info != OUTPUT_INFO:

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import markdown
 import numpy as np
 import yaml
 from mktestdocs.__main__ import exec_python
@@ -33,8 +32,6 @@ DEFAULT_LANGUAGE = "it"
 # The info string of a fence that mktestdocs runs, and the one that shows a block's output.
 RUN_INFO = "python"
 OUTPUT_INFO = 'text title="Output"'
-
-FENCE_OPEN = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`\n]*)$")
 
 
 # --------------------------------------------------------------------------------------------
@@ -63,48 +60,26 @@ def load_hook(filename: str):
     return sys.modules[name]
 
 
+_notebooks = load_hook("chapter_notebooks.py")
 # URL path (from the site root) of the page docs/<lang>/<rel>: the hook's own rule.
-page_url_path = load_hook("chapter_notebooks.py").page_url_path
+page_url_path = _notebooks.page_url_path
+FENCE_OPEN = _notebooks.FENCE_OPEN  # an opening fence, indented or not
 
 
 # --------------------------------------------------------------------------------------------
 # Snippet expansion (the same extension and configuration as the site build)
 
 
-class _IgnoreTagsLoader(yaml.SafeLoader):
-    """Reads mkdocs.yml without resolving its ``!ENV`` tags."""
-
-
-_IgnoreTagsLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
-
-
 @cache
 def mkdocs_config() -> dict:
-    return yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=_IgnoreTagsLoader)
-
-
-@cache
-def _snippets_config() -> dict:
-    for ext in mkdocs_config()["markdown_extensions"]:
-        if isinstance(ext, dict) and "pymdownx.snippets" in ext:
-            config = dict(ext["pymdownx.snippets"] or {})
-            break
-    else:
-        raise AssertionError("mkdocs.yml must enable pymdownx.snippets")
-    config["base_path"] = [str(ROOT / p) for p in config.get("base_path", ["."])]
-    return config
-
-
-def expand_snippets(text: str) -> str:
-    """Expand ``--8<--`` includes with pymdownx.snippets, configured as in mkdocs.yml."""
-    if "--8<--" not in text:
-        return text
-    md = markdown.Markdown(
-        extensions=["pymdownx.snippets"],
-        extension_configs={"pymdownx.snippets": _snippets_config()},
+    return yaml.load(
+        (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=_notebooks.IgnoreTagsLoader
     )
-    lines = md.preprocessors["snippet"].run(text.split("\n"))
-    return "\n".join(lines)
+
+
+# ``--8<--`` includes expanded by pymdownx.snippets, configured as in mkdocs.yml: the notebook
+# hook's own function, so the tests read the pages as the site build does.
+expand_snippets = _notebooks.expand_snippets
 
 
 def read_page(path: Path) -> str:
@@ -129,22 +104,13 @@ def fences(text: str) -> list[Fence]:
     found: list[Fence] = []
     i = 0
     while i < len(lines):
-        m = FENCE_OPEN.match(lines[i])
-        if not m:
+        if not FENCE_OPEN.match(lines[i]):
             i += 1
             continue
-        indent, fence, info = m["indent"], m["fence"], m["info"].strip()
-        close = re.compile(rf"^{re.escape(indent)}{fence[0]}{{{len(fence)},}}[ \t]*$")
-        j = i + 1
-        while j < len(lines) and not close.match(lines[j]):
-            j += 1
-        if j == len(lines):
-            raise ValueError(f"fence opened at line {i + 1} is never closed")
-        body = "\n".join(
-            ln[len(indent) :] if ln.startswith(indent) else ln.lstrip() for ln in lines[i + 1 : j]
-        )
-        found.append(Fence(info=info, body=body, line=i + 1, end_line=j + 1))
-        i = j + 1
+        _, info, body_lines, j = _notebooks.read_fence(lines, i)  # the hook's own reading
+        body = "\n".join(body_lines)
+        found.append(Fence(info=info, body=body, line=i + 1, end_line=j))
+        i = j
     return found
 
 
