@@ -23,13 +23,14 @@ from ._validation import (
     check_bool,
     check_dtype,
     check_finite,
+    check_normalised,
     check_positive_float,
     check_positive_int,
     check_rng,
     compute_dtype,
     shape_str,
 )
-from .functional import check_normalised, layer_norm_forward
+from .functional import layer_norm_forward
 from .module import Module, as_grad
 
 __all__ = ["Dropout", "LayerNorm", "Linear"]
