@@ -121,6 +121,20 @@ def test_gelu_uses_threads_from_the_threshold_on(monkeypatch, n):
     assert calls == []
 
 
+def test_float32_scratch_buffers_are_reused_per_thread_and_never_shared():
+    import threading
+
+    mine = kgelu.scratch32()
+    assert all(a is b for a, b in zip(mine, kgelu.scratch32(), strict=True))  # call after call
+    other = []
+    thread = threading.Thread(target=lambda: other.extend(kgelu.scratch32()))
+    thread.start()
+    thread.join()
+    assert not any(np.shares_memory(a, b) for a in mine for b in other)
+    # the shared constants cannot be written by mistake
+    assert not kgelu.LIM32.flags.writeable and not kgelu.ZERO32.flags.writeable
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_gelu_of_a_non_contiguous_array_keeps_its_shape(dtype):
     x = _inputs(6 * 40_000, dtype).reshape(6, 40_000)

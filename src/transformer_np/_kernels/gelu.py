@@ -25,6 +25,8 @@ float32 evaluation has no cancellation), maximum relative error 2.5e-9 in exact 
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .threads import num_threads, parallel_for, split_range
@@ -197,19 +199,41 @@ def erf64(x: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+# Constant operands of the float32 kernel, one chunk long, shared by every call and thread.
+LIM32 = _read_only(np.full(CHUNK, TAIL32_MAX, np.float32))
+ZERO32 = _read_only(np.zeros(CHUNK, np.float32))
+_scratch = threading.local()
+
+
+def scratch32() -> tuple[np.ndarray, ...]:
+    """The calling thread's scratch buffers for :func:`gelu_range32`: five float32 and one bool.
+
+    Allocated once per thread and reused by every call: fresh buffers at every call cost a page
+    fault per 4 KiB page when first written (about 1 ms per call for the six of them).
+    """
+    buffers = getattr(_scratch, "f32", None)
+    if buffers is None:
+        buffers = _scratch.f32 = (*np.empty((5, CHUNK), np.float32), np.empty(CHUNK, bool))
+    return buffers
+
+
 def gelu_range32(x, out, slope=None):
     """Exact GELU of a contiguous float32 array: ``out = max(x, 0) - |x| * Q(|x|)``.
 
-    Runs chunk by chunk on six scratch buffers that stay in the CPU cache. With ``slope`` (an
+    Runs chunk by chunk on six scratch buffers that stay in the CPU cache (the calling thread's
+    own, :func:`scratch32`). With ``slope`` (an
     array like ``out``) it also writes ``GELU'(x) = Phi(x) + x phi(x)`` from the same ``Q`` and
     ``exp(-x^2 / 2)``: ``Phi(x)`` is ``1 - Q(|x|)`` for ``x >= 0`` and ``Q(|x|)`` for ``x < 0``.
     """
     m = min(x.size, CHUNK)
-    a, ac, e, num, den = (np.empty(m, np.float32) for _ in range(5))
-    pos = np.empty(m, bool)
+    a, ac, e, num, den, pos = (b[:m] for b in scratch32())
     # ufuncs with an array operand are much faster than with a scalar one for min/max
-    lim = np.full(m, TAIL32_MAX, np.float32)
-    zero = np.zeros(m, np.float32)
+    lim, zero = LIM32[:m], ZERO32[:m]
     n, d = TAIL32_N, TAIL32_D
     for start in range(0, x.size, CHUNK):
         xs = x[start : start + CHUNK]
