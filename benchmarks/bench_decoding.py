@@ -33,7 +33,17 @@ import statistics
 import sys
 from pathlib import Path
 
-from report import DATA, command_line, load_average, machine, report, result, run_rounds, size_entry
+from report import (
+    DATA,
+    add_rounds_argument,
+    command_line,
+    load_average,
+    machine,
+    report,
+    result,
+    size_entry,
+    time_sides,
+)
 from timed_calls import THREAD_VARS, TimedProcess, serve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,14 +162,7 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--d-model", type=int, default=64)
-    p.add_argument(
-        "--rounds",
-        "--reps",
-        dest="rounds",
-        type=int,
-        default=5,
-        help="interleaved rounds per length",
-    )
+    add_rounds_argument(p, 5, "interleaved rounds per length")
     p.add_argument("--pause", type=float, default=0.1, help="seconds before each timed call")
     p.add_argument("--threads", type=int, default=1, help="threads of every side")
     p.add_argument(
@@ -192,21 +195,25 @@ def main(argv=None):
     load_before = load_average()
     sizes, checks, ready = [], {}, {}
     for new in args.new:
-        sides = {}
-        try:
-            for side, worker in (("ours", "ours"), ("reference", "torch"), ("nocache", "nocache")):
-                cmd = [*common, "--worker", worker, "--size", str(new)]
-                sides[side] = TimedProcess(cmd, f"the {side} side, {new} tokens", env)
-            d_ff = sides["ours"].ready["d_ff"]
-            cmd = [*common, "--worker", "ceiling", "--size", str(new), "--d-ff", str(d_ff)]
-            sides["ceiling"] = TimedProcess(cmd, f"the ceiling, {new} tokens", env)
-            times = run_rounds(
-                {s: w.time_one_call for s, w in sides.items()}, max(1, args.rounds), args.pause
-            )
-        finally:
-            for w in sides.values():
-                w.close()
-        ready = {s: w.ready for s, w in sides.items()}
+
+        def starter(side, worker, new=new, extra=lambda started: []):
+            def start(started):
+                cmd = [*common, "--worker", worker, "--size", str(new), *extra(started)]
+                return TimedProcess(cmd, f"the {side} side, {new} tokens", env)
+
+            return start
+
+        starters = {
+            side: starter(side, worker)
+            for side, worker in (("ours", "ours"), ("reference", "torch"), ("nocache", "nocache"))
+        }
+        # the ceiling's feed-forward width is the model's
+        starters["ceiling"] = starter(
+            "ceiling",
+            "ceiling",
+            extra=lambda started: ["--d-ff", str(started["ours"].ready["d_ff"])],
+        )
+        times, ready = time_sides(starters, args.rounds, args.pause)
         nocache = times.pop("nocache")
         entry = size_entry(str(new), f"generate {new} tokens", times)
         entry["without_cache"] = {"median_s": statistics.median(nocache), "times_s": nocache}

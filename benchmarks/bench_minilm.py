@@ -30,7 +30,17 @@ import os
 import sys
 from pathlib import Path
 
-from report import DATA, command_line, load_average, machine, report, result, run_rounds, size_entry
+from report import (
+    DATA,
+    add_rounds_argument,
+    command_line,
+    load_average,
+    machine,
+    report,
+    result,
+    size_entry,
+    time_sides,
+)
 from timed_calls import THREAD_VARS, TimedProcess, serve
 
 
@@ -164,9 +174,7 @@ def ceiling_worker(warmup: int, padded: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--rounds", "--reps", dest="rounds", type=int, default=15, help="interleaved rounds"
-    )
+    add_rounds_argument(parser, 15)
     parser.add_argument(
         "--pause", type=float, default=0.3, help="seconds of pause before each timed call"
     )
@@ -205,28 +213,29 @@ def main() -> None:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     me = str(Path(__file__).resolve())
     common = [f"--warmup={args.warmup}"] + ([f"--threads={args.threads}"] if args.threads else [])
-    sides = {}
-    try:
-        for side, python, extra in (
-            ("ours", sys.executable, []),
-            ("reference", args.ref_python, []),
-            ("ceiling", sys.executable, None),
-        ):
-            if extra is None:  # the ceiling pads the batch as ours does
-                extra = [f"--padded={sides['ours'].ready['padded_to']}"]
-            worker = {"ours": "ours", "reference": "torch", "ceiling": "ceiling"}[side]
-            cmd = [python, me, "--worker", worker, *common, *extra]
+
+    def starter(side, python, worker, extra=lambda started: []):
+        def start(started):
+            cmd = [python, me, "--worker", worker, *common, *extra(started)]
             try:
-                sides[side] = TimedProcess(cmd, f"the {side} side ({' '.join(cmd)})", env)
+                return TimedProcess(cmd, f"the {side} side ({' '.join(cmd)})", env)
             except RuntimeError as exc:
                 sys.exit(str(exc))
-        times = run_rounds(
-            {s: w.time_one_call for s, w in sides.items()}, max(1, args.rounds), args.pause
-        )
-    finally:
-        for w in sides.values():
-            w.close()
-    ready = {s: w.ready for s, w in sides.items()}
+
+        return start
+
+    starters = {
+        "ours": starter("ours", sys.executable, "ours"),
+        "reference": starter("reference", args.ref_python, "torch"),
+        # the ceiling pads the batch as ours does
+        "ceiling": starter(
+            "ceiling",
+            sys.executable,
+            "ceiling",
+            lambda started: [f"--padded={started['ours'].ready['padded_to']}"],
+        ),
+    }
+    times, ready = time_sides(starters, args.rounds, args.pause)
     ours_emb = np.asarray(ready["ours"]["embeddings"])
     diff = float(np.max(np.abs(ours_emb - np.asarray(ready["reference"]["embeddings"]))))
     lengths = np.asarray(ready["ours"]["tokens"])

@@ -35,7 +35,16 @@ import os
 import sys
 from pathlib import Path
 
-from report import command_line, load_average, machine, report, result, run_rounds, size_entry
+from report import (
+    add_rounds_argument,
+    command_line,
+    load_average,
+    machine,
+    report,
+    result,
+    size_entry,
+    time_sides,
+)
 from timed_calls import TimedProcess, serve
 
 B, T, D, H, L, DFF, V = 32, 32, 64, 4, 2, 256, 64
@@ -234,14 +243,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", choices=["lm", "seq2seq"], default="lm")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument(
-        "--rounds",
-        "--reps",
-        dest="rounds",
-        type=int,
-        default=30,
-        help="interleaved rounds (one step each)",
-    )
+    add_rounds_argument(p, 30, "interleaved rounds (one step each)")
     p.add_argument("--pause", type=float, default=0.05, help="seconds before each timed step")
     p.add_argument("--numpy-blas-threads", choices=["one", "default"], default="one")
     p.add_argument(
@@ -257,17 +259,9 @@ def main(argv=None):
         return 0
 
     load_before = load_average()
-    sides = {}
-    try:
-        for side, which in (("ours", "numpy"), ("reference", "torch"), ("ceiling", "ceiling")):
-            sides[side] = _start(which, args)
-        times = run_rounds(
-            {s: w.time_one_call for s, w in sides.items()}, max(1, args.rounds), args.pause
-        )
-    finally:
-        for w in sides.values():
-            w.close()
-    ready = {s: w.ready for s, w in sides.items()}
+    workers = {"ours": "numpy", "reference": "torch", "ceiling": "ceiling"}
+    starters = {side: (lambda _, w=which: _start(w, args)) for side, which in workers.items()}
+    times, ready = time_sides(starters, args.rounds, args.pause)
     label = f"one training step, {args.model}"
     res = result(
         f"train_step_{args.model}",
@@ -295,7 +289,7 @@ def main(argv=None):
             "same_parameter_count": ready["ours"]["parameters"] == ready["reference"]["parameters"]
         },
         machine=machine(
-            {s: ready[s]["threads"] for s in sides}, {"torch": ready["reference"]["torch"]}
+            {s: ready[s]["threads"] for s in ready}, {"torch": ready["reference"]["torch"]}
         ),
         load={"before": load_before, "after": load_average()},
         command=command_line("bench_train_step.py", argv),

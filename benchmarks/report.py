@@ -85,6 +85,30 @@ def run_rounds(calls: dict, rounds: int, pause: float) -> dict[str, list[float]]
     return times
 
 
+def time_sides(starters: dict, rounds: int, pause: float) -> tuple[dict, dict]:
+    """Start every side, time them in :func:`run_rounds`, and close them all (on error too).
+
+    ``starters`` maps a side to a function that starts its ``TimedProcess``; it is given the
+    sides started before it (in the order of ``starters``), whose ``ready`` objects it may
+    read. Returns the times of every side and their ``ready`` objects.
+    """
+    sides = {}
+    try:
+        for name, start in starters.items():
+            sides[name] = start(sides)
+        calls = {name: process.time_one_call for name, process in sides.items()}
+        times = run_rounds(calls, max(1, rounds), pause)
+    finally:
+        for process in sides.values():
+            process.close()
+    return times, {name: process.ready for name, process in sides.items()}
+
+
+def add_rounds_argument(parser, default: int, help: str = "interleaved rounds") -> None:
+    """``--rounds`` (also spelled ``--reps``, the older name), the same in every script."""
+    parser.add_argument("--rounds", "--reps", dest="rounds", type=int, default=default, help=help)
+
+
 def side(times: list[float] | None) -> dict | None:
     if not times:
         return None
