@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LANGUAGES = ("it", "en")
 DEFAULT_LANGUAGE = "it"
 # Pages of the site that are not chapters: they get no notebook and no button.
-NOT_CHAPTERS = frozenset({"index.md", "setup.md", "glossary.md"})
+NOT_CHAPTERS = frozenset({"index.md", "setup.md", "glossary.md", "benchmarks.md"})
 NOT_CHAPTER_FOLDERS = frozenset({"reference"})
 
 RUN_INFO = "python"  # the fences the tests run: the code cells
