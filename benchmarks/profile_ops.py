@@ -103,7 +103,9 @@ def _rows(rows: list[dict], total_ms: float) -> list[dict]:
     return [{"op": "total", "calls": 1, "ms": total_ms, "share": 1.0}, *rows]
 
 
-def _worker(workload: str, side: str, calls: int, warmup: int, threads: int) -> list[dict]:
+def _worker(
+    workload: str, side: str, calls: int, warmup: int, threads: int, blas: str = "one"
+) -> list[dict]:
     """Run the benchmark's own worker for ``side``; its served call is profiled, not timed."""
     bench = importlib.import_module("bench_minilm" if workload == "minilm" else "bench_train_step")
     profiled = {}
@@ -125,7 +127,7 @@ def _worker(workload: str, side: str, calls: int, warmup: int, threads: int) -> 
             args = argparse.Namespace(
                 model=workload.removeprefix("train-"),
                 warmup=warmup,
-                numpy_blas_threads="default",
+                numpy_blas_threads=blas,
                 torch_threads=threads,
             )
             (bench.worker_torch if side == "torch" else bench.worker_numpy)(args)
@@ -154,12 +156,21 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2, help="threads for every side (default 2)")
     p.add_argument("--top", type=int, default=15, help="rows of each table")
     p.add_argument(
+        "--numpy-blas-threads",
+        choices=["one", "default"],
+        default="one",
+        help="our BLAS threads in the training step, as in bench_train_step.py (default one)",
+    )
+    p.add_argument(
         "--ref-python", default=None, help="Python with sentence-transformers (for minilm)"
     )
     p.add_argument("--side", choices=["ours", "torch"], default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.side:  # a worker process: print the rows as JSON
-        print(json.dumps(_worker(args.workload, args.side, args.calls, args.warmup, args.threads)))
+        rows = _worker(
+            args.workload, args.side, args.calls, args.warmup, args.threads, args.numpy_blas_threads
+        )
+        print(json.dumps(rows))
         return 0
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -174,6 +185,7 @@ def main(argv=None) -> int:
             p.error("minilm needs --ref-python (a Python with sentence-transformers)")
         cmd = [python, __file__, args.workload, "--side", side, "--calls", str(args.calls)]
         cmd += ["--warmup", str(args.warmup), "--threads", str(args.threads)]
+        cmd += ["--numpy-blas-threads", args.numpy_blas_threads]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"the {side} profile failed:\n{proc.stderr}")
