@@ -2,7 +2,8 @@
 num_threads and the BLAS thread limit inside the threaded kernels.
 
 Sections: values (every piece runs once, errors are re-raised, nested calls run inline, the
-environment variable sets the number of threads, BLAS threads are restored).
+environment variable sets the number of threads, BLAS threads are restored, the row groups of
+for_each_group cover every row once).
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import pytest
 from transformer_np import scaled_dot_product_attention
 from transformer_np._kernels.threads import (
     blas_single_threaded,
+    for_each_group,
     num_threads,
     parallel_for,
+    row_groups,
     split_range,
 )
 
@@ -58,6 +61,40 @@ def test_split_range_covers_the_range_in_near_equal_parts():
             sizes = [s.stop - s.start for s in slices]
             assert [i for s in slices for i in range(s.start, s.stop)] == list(range(n))
             assert max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 8, 15, 16, 17, 32, 33, 100])
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_row_groups_cover_every_row_once_in_balanced_groups(n, threads):
+    rows = np.arange(n)[::-1]  # a sorted list, as encode's order is
+    groups = row_groups(rows, threads)
+    assert sorted(np.concatenate(groups).tolist()) == list(range(n))
+    if threads == 1 or n == 1:
+        assert len(groups) == 1 and groups[0] is rows
+        return
+    sizes = [len(g) for g in groups]
+    assert len(groups) == min(n, max(threads, -(-n // 8)))  # every thread has a group
+    assert max(sizes) - min(sizes) <= 1 and max(sizes) <= max(8, -(-n // threads))
+    # interleaved: the i-th longest rows are spread over the groups, not all in the first one
+    assert [g[0] for g in groups] == list(rows[: len(groups)])
+
+
+def test_for_each_group_runs_every_group_once_on_the_threads(monkeypatch):
+    import threading
+
+    monkeypatch.setenv("TRANSFORMER_NP_NUM_THREADS", "2")
+    seen, names = [], set()
+
+    def fn(group):
+        seen.extend(group.tolist())
+        names.add(threading.current_thread().name)
+
+    for_each_group(fn, np.arange(32))
+    assert sorted(seen) == list(range(32)) and len(names) == 2
+    monkeypatch.setenv("TRANSFORMER_NP_NUM_THREADS", "1")
+    calls = []
+    for_each_group(calls.append, np.arange(32))
+    assert len(calls) == 1 and calls[0].tolist() == list(range(32))
 
 
 def test_num_threads_reads_the_environment(monkeypatch):

@@ -119,6 +119,20 @@ def test_output_order_follows_input_order_when_sorting_by_length(model64):
     np.testing.assert_allclose(a, b[::-1], atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype, atol", [(np.float32, 3e-7), (np.float64, 1e-15)])
+def test_encode_on_threads_equals_one_forward_pass_per_batch(monkeypatch, dtype, atol):
+    # encode runs a batch as a few groups of sentences on the threads (for_each_group); the
+    # plain computation is one forward pass of the whole batch, padded to its longest sentence
+    model = load_minilm(dtype)
+    monkeypatch.setenv("TRANSFORMER_NP_NUM_THREADS", "2")
+    grouped = model.encode(SENTENCES, batch_size=len(SENTENCES))
+    ids, mask = model.tokenize(SENTENCES)
+    plain = model.pool(model.forward(ids, mask), mask)
+    assert np.abs(grouped - plain).max() <= atol
+    monkeypatch.setenv("TRANSFORMER_NP_NUM_THREADS", "1")  # one group: the whole batch
+    assert np.abs(model.encode(SENTENCES, batch_size=len(SENTENCES)) - plain).max() <= atol
+
+
 def test_english_paraphrases_are_closer_than_different_topics(model32):
     e = model32.encode(
         [
