@@ -108,6 +108,10 @@ bench: $(TEST_STAMP) $(REF_STAMP)
 	$(PY) benchmarks/bench_attention.py
 	$(PY) benchmarks/bench_train_step.py --model lm --json $(DATA)/train_step_lm.json
 	$(PY) benchmarks/bench_train_step.py --model seq2seq --json $(DATA)/train_step_seq2seq.json
+	$(PY) benchmarks/bench_train_step.py --model lm --threads 1 \
+		--json $(DATA)/train_step_lm_1thread.json
+	$(PY) benchmarks/bench_train_step.py --model seq2seq --threads 1 \
+		--json $(DATA)/train_step_seq2seq_1thread.json
 	$(PY) benchmarks/bench_decoding.py --new 200 500 --json $(DATA)/decoding.json
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_smollm2.py --ref-python $(REF_VENV)/bin/python \
 		--rounds 5 --json $(DATA)/smollm2_bench.json

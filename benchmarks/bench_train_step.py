@@ -12,7 +12,11 @@ Workload (issue 5): d_model 64, 2 layers, 4 heads, d_ff 256, batch 32, length 32
 Both steps use the cross-entropy loss, gradient clipping at norm 1 and Adam. PyTorch runs
 with its default threads (``torch.get_num_threads()``); NumPy runs its matrix products on one
 OpenBLAS thread, as :func:`transformer_np.train.fit` does (``--numpy-blas-threads default`` to
-leave OpenBLAS alone). The third side, the **ceiling**, makes only the matrix products of the
+leave OpenBLAS alone), and its GELU on every core. ``--threads 1`` gives every side one thread
+(PyTorch's ``set_num_threads(1)``, ``TRANSFORMER_NP_NUM_THREADS=1``, and the usual thread
+variables of OpenBLAS and OpenMP); its results are named ``train_step_<model>_1thread``.
+
+The third side, the **ceiling**, makes only the matrix products of the
 same step (every product of the forward and the backward pass, at the same shapes, float32, on
 the same BLAS threads as ours) and one ``np.exp`` per attention score, per GELU element and per
 logit (see ``ceiling.py``): the least NumPy work of any implementation.
@@ -26,6 +30,7 @@ Usage::
 
     python benchmarks/bench_train_step.py --json src/transformer_np/data/train_step_lm.json
     python benchmarks/bench_train_step.py --model seq2seq --rounds 50
+    python benchmarks/bench_train_step.py --threads 1 --json train_step_lm_1thread.json
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from report import (
     size_entry,
     time_sides,
 )
-from timed_calls import TimedProcess, serve
+from timed_calls import THREAD_VARS, TimedProcess, serve
 
 B, T, D, H, L, DFF, V = 32, 32, 64, 4, 2, 256, 64
 
@@ -234,6 +239,8 @@ def _start(which, args):
     cmd += ["--warmup", str(args.warmup), "--numpy-blas-threads", args.numpy_blas_threads]
     cmd += ["--torch-threads", str(args.torch_threads)]
     env = dict(os.environ)
+    if args.threads:  # before the worker's NumPy and PyTorch start their thread pools
+        env.update(dict.fromkeys(THREAD_VARS, str(args.threads)))
     src = str(Path(__file__).resolve().parents[1] / "src")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     return TimedProcess(cmd, f"the {which} side", env)
@@ -249,11 +256,21 @@ def main(argv=None):
     p.add_argument(
         "--torch-threads", type=int, default=0, help="torch.set_num_threads (0: its default)"
     )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="threads for every side (BLAS, OpenMP, torch, transformer_np); 0: as described above",
+    )
     p.add_argument("--json", metavar="PATH", help="write the results (shared schema) here")
     p.add_argument(
         "--worker", choices=["numpy", "torch", "ceiling"], default=None, help=argparse.SUPPRESS
     )
     args = p.parse_args(argv)
+    if args.threads < 0:
+        p.error(f"--threads must be 0 or a positive number of threads, got {args.threads}")
+    if args.threads:
+        args.torch_threads = args.threads
     if args.worker:
         {"numpy": worker_numpy, "torch": worker_torch, "ceiling": worker_ceiling}[args.worker](args)
         return 0
@@ -263,9 +280,12 @@ def main(argv=None):
     starters = {side: (lambda _, w=which: _start(w, args)) for side, which in workers.items()}
     times, ready = time_sides(starters, args.rounds, args.pause)
     label = f"one training step, {args.model}"
+    one = "_1thread" if args.threads == 1 else ""
     res = result(
-        f"train_step_{args.model}",
-        "One training step" + (" (decoder-only LM)" if args.model == "lm" else " (seq2seq)"),
+        f"train_step_{args.model}{one}",
+        "One training step"
+        + (" (decoder-only LM)" if args.model == "lm" else " (seq2seq)")
+        + (", one thread" if one else ""),
         {
             "model": args.model,
             "d_model": D,

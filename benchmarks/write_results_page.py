@@ -32,7 +32,9 @@ DEFAULT_OUT = HERE / "results"
 FILES = (
     "attention",
     "train_step_lm",
+    "train_step_lm_1thread",
     "train_step_seq2seq",
+    "train_step_seq2seq_1thread",
     "minilm",
     "minilm_1thread",
     "decoding",
@@ -45,7 +47,15 @@ TITLES = {
         "Un passo di addestramento, modello linguistico",
         "One training step, language model",
     ),
+    "train_step_lm_1thread": (
+        "Un passo di addestramento, modello linguistico, un thread",
+        "One training step, language model, one thread",
+    ),
     "train_step_seq2seq": ("Un passo di addestramento, seq2seq", "One training step, seq2seq"),
+    "train_step_seq2seq_1thread": (
+        "Un passo di addestramento, seq2seq, un thread",
+        "One training step, seq2seq, one thread",
+    ),
     "minilm": ("MiniLM: embedding di frasi", "MiniLM: sentence embeddings"),
     "minilm_1thread": (
         "MiniLM: embedding di frasi, un thread",

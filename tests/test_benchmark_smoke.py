@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -106,13 +107,16 @@ def test_benchmark_quick_run_writes_table_json_and_plot(quick):
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
 
 
-@pytest.mark.parametrize("model", ["lm", "seq2seq"])
-def test_train_step_benchmark_writes_the_three_sides(quick, model):
-    out = quick / f"train_step_{model}.json"
+@pytest.mark.parametrize("model, threads", [("lm", []), ("seq2seq", []), ("lm", ["1"])])
+def test_train_step_benchmark_writes_the_three_sides(quick, model, threads):
+    name = f"train_step_{model}" + ("_1thread" if threads else "")
+    out = quick / f"{name}.json"
+    extra = ["--threads", *threads] if threads else []
     proc = run(
         "bench_train_step.py",
         "--model",
         model,
+        *extra,
         "--rounds",
         "2",
         "--warmup",
@@ -122,11 +126,16 @@ def test_train_step_benchmark_writes_the_three_sides(quick, model):
         "--json",
         out,
     )
-    res = check_schema(out, f"train_step_{model}", 1)
+    res = check_schema(out, name, 1)
     assert res["checks"]["same_parameter_count"] is True
     assert res["workload"]["ceiling_products"] > 0
     assert "| one training step, " + model in proc.stdout
     assert "load average (1, 5, 15 min) before" in proc.stdout
+    sides = res["machine"]["threads"]
+    if threads:  # every side on one thread
+        assert sides["ours"] == "BLAS one, transformer_np 1" and sides["reference"] == "torch 1"
+    else:  # PyTorch on its default threads, ours on every core for the GELU
+        assert sides["ours"] == f"BLAS one, transformer_np {len(os.sched_getaffinity(0))}"
 
 
 def test_decoding_benchmark_writes_json_with_identical_tokens(quick):
