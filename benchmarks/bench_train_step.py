@@ -23,7 +23,8 @@ logit (see ``ceiling.py``): the least NumPy work of any implementation.
 
 Method: each side runs in its own process (this script re-invokes itself with ``--worker``),
 makes ``--warmup`` untimed steps, then the three are timed in ``--rounds`` interleaved rounds of
-one step each (see ``report.py``). Printed and saved: the medians, "x PyTorch" = PyTorch time /
+one step each (see ``report.py``); ``--burst N`` makes each turn N consecutive steps, timed as
+their mean (the steady state of a training loop). Printed and saved: the medians, "x PyTorch" = PyTorch time /
 our time (above 1 = ours is faster) and ours / ceiling time.
 
 Usage::
@@ -251,7 +252,13 @@ def main(argv=None):
     p.add_argument("--model", choices=["lm", "seq2seq"], default="lm")
     p.add_argument("--warmup", type=int, default=5)
     add_rounds_argument(p, 30, "interleaved rounds (one step each)")
-    p.add_argument("--pause", type=float, default=0.05, help="seconds before each timed step")
+    p.add_argument("--pause", type=float, default=0.05, help="seconds before each side's turn")
+    p.add_argument(
+        "--burst",
+        type=int,
+        default=1,
+        help="consecutive steps per side and round, timed as their mean (1: one step alone)",
+    )
     p.add_argument("--numpy-blas-threads", choices=["one", "default"], default="one")
     p.add_argument(
         "--torch-threads", type=int, default=0, help="torch.set_num_threads (0: its default)"
@@ -278,7 +285,7 @@ def main(argv=None):
     load_before = load_average()
     workers = {"ours": "numpy", "reference": "torch", "ceiling": "ceiling"}
     starters = {side: (lambda _, w=which: _start(w, args)) for side, which in workers.items()}
-    times, ready = time_sides(starters, args.rounds, args.pause)
+    times, ready = time_sides(starters, args.rounds, args.pause, args.burst)
     label = f"one training step, {args.model}"
     one = "_1thread" if args.threads == 1 else ""
     res = result(

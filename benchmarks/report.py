@@ -85,18 +85,21 @@ def run_rounds(calls: dict, rounds: int, pause: float) -> dict[str, list[float]]
     return times
 
 
-def time_sides(starters: dict, rounds: int, pause: float) -> tuple[dict, dict]:
+def time_sides(starters: dict, rounds: int, pause: float, burst: int = 1) -> tuple[dict, dict]:
     """Start every side, time them in :func:`run_rounds`, and close them all (on error too).
 
     ``starters`` maps a side to a function that starts its ``TimedProcess``; it is given the
     sides started before it (in the order of ``starters``), whose ``ready`` objects it may
-    read. Returns the times of every side and their ``ready`` objects.
+    read. With ``burst`` > 1 a side's turn is that many consecutive calls, timed as their mean
+    (see ``timed_calls.py``). Returns the times of every side and their ``ready`` objects.
     """
     sides = {}
     try:
         for name, start in starters.items():
             sides[name] = start(sides)
-        calls = {name: process.time_one_call for name, process in sides.items()}
+        calls = {
+            name: (lambda p=process: p.time_one_call(burst)) for name, process in sides.items()
+        }
         times = run_rounds(calls, max(1, rounds), pause)
     finally:
         for process in sides.values():

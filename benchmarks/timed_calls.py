@@ -7,8 +7,11 @@ it as a :class:`TimedProcess` and asks for one call at a time.
 
 The protocol, one JSON object per line on the server's standard output: first the ``ready``
 object (whatever the server wants to report: versions, threads, memory, results), then
-``{"t": seconds}`` for every line ``run`` read on its standard input. Any other line, or the end
-of the input, stops the server.
+``{"t": seconds}`` for every line ``run`` read on its standard input. A line ``run N`` asks for
+a *burst* of N calls one after the other, and ``t`` is then their mean time: the steady state of
+a loop (a training loop, say), where one call alone, after the idle pause between sides, also
+pays for caches and a CPU that have gone cold. Any other line, or the end of the input, stops
+the server.
 
 Also :func:`cpu_model`, the name of the CPU that every benchmark writes next to its results.
 """
@@ -45,14 +48,17 @@ def cpu_model() -> str:
 
 
 def serve(call: Callable[[], object], ready: dict) -> None:
-    """Print ``ready``, then time one ``call()`` per ``run`` line read on standard input."""
+    """Print ``ready``, then time ``call()`` for every ``run`` (or ``run N``) line read."""
     print(json.dumps(ready), flush=True)
     for line in sys.stdin:
-        if line.strip() != "run":
+        words = line.split()
+        if not words or words[0] != "run" or len(words) > 2:
             break
+        n = int(words[1]) if len(words) == 2 else 1
         t0 = time.perf_counter()
-        call()
-        print(json.dumps({"t": time.perf_counter() - t0}), flush=True)
+        for _ in range(n):
+            call()
+        print(json.dumps({"t": (time.perf_counter() - t0) / n}), flush=True)
 
 
 class TimedProcess:
@@ -82,8 +88,9 @@ class TimedProcess:
             raise RuntimeError(f"{self.name} failed:\n{err[-3000:]}")
         return json.loads(line)
 
-    def time_one_call(self) -> float:
-        self.proc.stdin.write("run\n")
+    def time_one_call(self, burst: int = 1) -> float:
+        """Seconds of one call; with ``burst`` > 1, the mean of that many consecutive calls."""
+        self.proc.stdin.write("run\n" if burst == 1 else f"run {burst}\n")
         self.proc.stdin.flush()
         return self._read()["t"]
 

@@ -111,7 +111,7 @@ def test_benchmark_quick_run_writes_table_json_and_plot(quick):
 def test_train_step_benchmark_writes_the_three_sides(quick, model, threads):
     name = f"train_step_{model}" + ("_1thread" if threads else "")
     out = quick / f"{name}.json"
-    extra = ["--threads", *threads] if threads else []
+    extra = ["--threads", *threads, "--burst", "2"] if threads else []
     proc = run(
         "bench_train_step.py",
         "--model",
@@ -131,6 +131,7 @@ def test_train_step_benchmark_writes_the_three_sides(quick, model, threads):
     assert res["workload"]["ceiling_products"] > 0
     assert "| one training step, " + model in proc.stdout
     assert "load average (1, 5, 15 min) before" in proc.stdout
+    assert all(len(e[side]["times_s"]) == 2 for e in res["sizes"] for side in SIDES)
     sides = res["machine"]["threads"]
     if threads:  # every side on one thread
         assert sides["ours"] == "BLAS one, transformer_np 1" and sides["reference"] == "torch 1"
