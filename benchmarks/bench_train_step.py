@@ -24,8 +24,8 @@ logit (see ``ceiling.py``): the least NumPy work of any implementation.
 Method: each side runs in its own process (this script re-invokes itself with ``--worker``),
 makes ``--warmup`` untimed steps, then the three are timed in ``--rounds`` interleaved rounds of
 one step each (see ``report.py``); ``--burst N`` makes each turn N consecutive steps, timed as
-their mean (the steady state of a training loop). Printed and saved: the medians, "x PyTorch" = PyTorch time /
-our time (above 1 = ours is faster) and ours / ceiling time.
+their mean (the steady state of a training loop). Printed and saved: the medians, "x PyTorch" =
+PyTorch time / our time (above 1 = ours is faster) and ours / ceiling time.
 
 Usage::
 
