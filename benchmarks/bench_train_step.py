@@ -12,8 +12,7 @@ Workload (issue 5): d_model 64, 2 layers, 4 heads, d_ff 256, batch 32, length 32
 Both steps use the cross-entropy loss, gradient clipping at norm 1 and Adam. PyTorch runs
 with its default threads (``torch.get_num_threads()``); NumPy runs its matrix products on one
 OpenBLAS thread, as :func:`transformer_np.train.fit` does (``--numpy-blas-threads default`` to
-leave OpenBLAS alone), with one part of the batch per core (``_kernels/data_parallel.py``).
-``--threads 1`` gives every side one thread
+leave OpenBLAS alone), and its GELU on every core. ``--threads 1`` gives every side one thread
 (PyTorch's ``set_num_threads(1)``, ``TRANSFORMER_NP_NUM_THREADS=1``, and the usual thread
 variables of OpenBLAS and OpenMP); its results are named ``train_step_<model>_1thread``.
 

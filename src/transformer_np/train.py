@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 from tqdm import tqdm
 
-from ._kernels.data_parallel import batch_parts, forward_backward_in_parts
 from ._kernels.threads import blas_single_threaded
 from ._train_checks import (
     batch_getter,
@@ -125,14 +124,6 @@ def train_step(model, batch, optimizer, loss_fn=None, *, clip_norm=1.0):
         If the loss or the gradient norm is NaN or infinite. The check runs *before* the
         update, so the parameters stay as they were after the previous (finite) step.
 
-    Notes
-    -----
-    With several cores (see ``TRANSFORMER_NP_NUM_THREADS``), a large enough batch, a
-    :class:`~transformer_np.losses.CrossEntropyLoss` and no dropout active, steps 1 to 3 run
-    on one part of the batch per core at the same time, on copies of the model that share its
-    parameters; the parts' losses and gradients, weighted by their share of the counted target
-    rows, are those of the whole batch up to float rounding.
-
     Examples
     --------
     >>> import numpy as np
@@ -154,24 +145,6 @@ def train_step(model, batch, optimizer, loss_fn=None, *, clip_norm=1.0):
 def _train_step_unchecked(model, batch, optimizer, loss_fn, clip_norm):
     """:func:`train_step` on arguments already checked (``fit`` checks them once, not per step)."""
     inputs, targets = _split_batch(model, batch)
-    # 1.-3. forward, loss, backward; with several cores, on parts of the batch side by side
-    loss = _forward_backward_on_every_core(model, inputs, targets, loss_fn)
-    grads = model.gradients()
-    with np.errstate(over="ignore", invalid="ignore"):  # a NaN is reported just below
-        # 4. clip: scale all gradients down if their global norm exceeds clip_norm
-        norm = clip_grad_norm(grads, clip_norm) if clip_norm else global_norm(grads)
-    if not math.isfinite(norm):
-        raise TrainingDiverged(f"the gradient norm is {norm} (loss {loss:.4g})")
-    # 5. update
-    try:
-        optimizer.step(grads)
-    except FloatingPointError as exc:  # e.g. a gradient that overflows the parameters' dtype
-        raise TrainingDiverged(f"the optimiser refused the step: {exc}") from exc
-    return loss, norm
-
-
-def _forward_backward(model, inputs, targets, loss_fn):
-    """Steps 1 to 3 of a training step: the loss, and the gradients in ``model.grads``."""
     # 1. forward and 2. loss (the model reports an overflow as a ValueError)
     try:
         logits = model(*inputs)  # (B, T, V)
@@ -183,7 +156,7 @@ def _forward_backward(model, inputs, targets, loss_fn):
     loss = _loss_value(loss, loss_fn)
     if not math.isfinite(loss):
         raise TrainingDiverged(f"the loss is {loss}")
-    with np.errstate(over="ignore", invalid="ignore"):  # a NaN is reported by the clipping step
+    with np.errstate(over="ignore", invalid="ignore"):  # a NaN is reported just below
         # 3. backward: the gradient of every parameter
         try:
             model.backward(loss_fn.backward())
@@ -193,25 +166,17 @@ def _forward_backward(model, inputs, targets, loss_fn):
                     f"the gradient norm is not finite: {exc} (loss {loss:.4g})"
                 ) from exc
             raise
-    return loss
-
-
-def _forward_backward_on_every_core(model, inputs, targets, loss_fn):
-    """:func:`_forward_backward`, on parts of the batch on every core when that pays.
-
-    The parts run in ``_kernels/data_parallel.py`` (same loss and gradients up to rounding). If
-    a part fails, the whole batch runs in one pass: its error is the one the user should see,
-    about the whole batch (the parameters are only updated after step 3).
-    """
-    parts = batch_parts(model, inputs, targets, loss_fn)
-    if parts is not None:
-        try:
-            return forward_backward_in_parts(
-                model, inputs, targets, loss_fn, parts, _forward_backward
-            )
-        except Exception:  # noqa: BLE001 - rerun in one pass, which raises the real error
-            pass
-    return _forward_backward(model, inputs, targets, loss_fn)
+        grads = model.gradients()
+        # 4. clip: scale all gradients down if their global norm exceeds clip_norm
+        norm = clip_grad_norm(grads, clip_norm) if clip_norm else global_norm(grads)
+    if not math.isfinite(norm):
+        raise TrainingDiverged(f"the gradient norm is {norm} (loss {loss:.4g})")
+    # 5. update
+    try:
+        optimizer.step(grads)
+    except FloatingPointError as exc:  # e.g. a gradient that overflows the parameters' dtype
+        raise TrainingDiverged(f"the optimiser refused the step: {exc}") from exc
+    return loss, norm
 
 
 # --------------------------------------------------------------------------------------------
