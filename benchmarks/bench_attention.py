@@ -80,7 +80,7 @@ from pathlib import Path
 
 from report import SCHEMA, header, size_entry
 from report import table as table_of
-from timed_calls import TimedProcess, cpu_model, serve
+from timed_calls import TimedProcess, cpu_model, serve, worker_env
 
 HERE = Path(__file__).resolve().parent
 # The results the site reads are package data (one copy, read in the repository and from a wheel);
@@ -301,9 +301,7 @@ class Worker(TimedProcess):
         cmd += ["--warmup", str(args.warmup if n <= 4096 else 1)]
         if args.tile_size is not None:
             cmd += ["--tile-size", str(args.tile_size)]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(HERE.parent / "src") + os.pathsep + env.get("PYTHONPATH", "")
-        super().__init__(cmd, f"worker {impl} n={n}", env)
+        super().__init__(cmd, f"worker {impl} n={n}", worker_env())
 
 
 def mem_available() -> int:

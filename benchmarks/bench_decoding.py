@@ -28,7 +28,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -44,9 +43,8 @@ from report import (
     size_entry,
     time_sides,
 )
-from timed_calls import THREAD_VARS, TimedProcess, serve
+from timed_calls import TimedProcess, serve, worker_env
 
-ROOT = Path(__file__).resolve().parents[1]
 PROMPT_TOKENS, HEADS, VOCAB = 8, 4, 64
 
 
@@ -186,9 +184,7 @@ def main(argv=None):
             worker_ceiling(args)
         return 0
 
-    env = dict(os.environ)
-    env.update({var: str(args.threads) for var in THREAD_VARS})
-    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT / "src"), env.get("PYTHONPATH")) if x)
+    env = worker_env(args.threads)
     common = [sys.executable, str(Path(__file__).resolve()), "--batch", str(args.batch)]
     common += ["--layers", str(args.layers), "--d-model", str(args.d_model)]
     common += ["--threads", str(args.threads)]

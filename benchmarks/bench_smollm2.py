@@ -53,7 +53,7 @@ import time
 from pathlib import Path
 
 from report import command_line, load_average, machine, report, result, size_entry
-from timed_calls import THREAD_VARS, TimedProcess
+from timed_calls import TimedProcess, worker_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REF_PYTHON = ROOT / ".venv-ref" / "bin" / "python"
@@ -268,9 +268,7 @@ def main() -> None:
         worker(args.worker, threads, args.new)
         return
 
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    env.update({var: str(threads) for var in THREAD_VARS})
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
+    env = worker_env(threads, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     me = str(Path(__file__).resolve())
     common = [me, f"--threads={threads}", f"--new={args.new}"]
     cmds = {

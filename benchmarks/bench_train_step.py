@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from report import (
     add_rounds_argument,
@@ -51,7 +50,7 @@ from report import (
     size_entry,
     time_sides,
 )
-from timed_calls import THREAD_VARS, TimedProcess, serve
+from timed_calls import TimedProcess, serve, worker_env
 
 B, T, D, H, L, DFF, V = 32, 32, 64, 4, 2, 256, 64
 
@@ -239,12 +238,7 @@ def _start(which, args):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", which, "--model", args.model]
     cmd += ["--warmup", str(args.warmup), "--numpy-blas-threads", args.numpy_blas_threads]
     cmd += ["--torch-threads", str(args.torch_threads)]
-    env = dict(os.environ)
-    if args.threads:  # before the worker's NumPy and PyTorch start their thread pools
-        env.update(dict.fromkeys(THREAD_VARS, str(args.threads)))
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    return TimedProcess(cmd, f"the {which} side", env)
+    return TimedProcess(cmd, f"the {which} side", worker_env(args.threads))
 
 
 def main(argv=None):

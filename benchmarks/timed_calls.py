@@ -19,11 +19,15 @@ Also :func:`cpu_model`, the name of the CPU that every benchmark writes next to 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 #: The variables that set how many threads BLAS, OpenMP and our kernels use: a benchmark sets all
 #: of them in each side's process, so that both sides run on the same threads.
@@ -33,6 +37,17 @@ THREAD_VARS = (
     "MKL_NUM_THREADS",
     "TRANSFORMER_NP_NUM_THREADS",
 )
+
+
+def worker_env(threads: int | None = None, **extra: str) -> dict:
+    """The environment of a side's process: this one's, plus ``extra``, with the repository's
+    ``src`` first on ``PYTHONPATH`` and, if ``threads`` is given, every :data:`THREAD_VARS` set
+    to it (before the worker's NumPy and PyTorch start their thread pools)."""
+    env = dict(os.environ, **extra)
+    if threads:
+        env.update(dict.fromkeys(THREAD_VARS, str(threads)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), env.get("PYTHONPATH")) if p)
+    return env
 
 
 def cpu_model() -> str:

@@ -119,11 +119,11 @@ def test_output_order_follows_input_order_when_sorting_by_length(model64):
     np.testing.assert_allclose(a, b[::-1], atol=1e-12)
 
 
-@pytest.mark.parametrize("dtype, atol", [(np.float32, 3e-7), (np.float64, 1e-15)])
-def test_encode_on_threads_equals_one_forward_pass_per_batch(monkeypatch, dtype, atol):
+@pytest.mark.parametrize("fixture, atol", [("model32", 3e-7), ("model64", 1e-15)])
+def test_encode_on_threads_equals_one_forward_pass_per_batch(request, monkeypatch, fixture, atol):
     # encode runs a batch as a few groups of sentences on the threads (for_each_group); the
     # plain computation is one forward pass of the whole batch, padded to its longest sentence
-    model = load_minilm(dtype)
+    model = request.getfixturevalue(fixture)
     monkeypatch.setenv("TRANSFORMER_NP_NUM_THREADS", "2")
     grouped = model.encode(SENTENCES, batch_size=len(SENTENCES))
     ids, mask = model.tokenize(SENTENCES)

@@ -158,11 +158,11 @@ def split_range(n: int, parts: int) -> list[slice]:
 GROUP_ROWS = 8
 
 
-def row_groups(rows: Sequence, threads: int, per_group: int = GROUP_ROWS) -> list:
+def row_groups(rows: Sequence, threads: int) -> list:
     """Split ``rows`` into groups to run on ``threads`` threads, interleaved: ``rows[i::g]``.
 
     ``g`` is at least ``threads`` (every thread gets a group) and about ``len(rows) /
-    per_group`` for long lists, never more than ``len(rows)``. Interleaving keeps the groups
+    GROUP_ROWS`` for long lists, never more than ``len(rows)``. Interleaving keeps the groups
     alike when ``rows`` is sorted (sentences longest first: each group gets long and short
     ones). One thread, or one row, gives the single group ``[rows]``.
 
@@ -176,7 +176,7 @@ def row_groups(rows: Sequence, threads: int, per_group: int = GROUP_ROWS) -> lis
     n = len(rows)
     if threads <= 1 or n <= 1:
         return [rows]
-    g = min(n, max(threads, -(-n // per_group)))
+    g = min(n, max(threads, -(-n // GROUP_ROWS)))
     return [rows[i::g] for i in range(g)]
 
 
