@@ -59,6 +59,18 @@ def test_erf64_keeps_the_shape_of_its_input():
     np.testing.assert_allclose(kgelu.erf64(x), _math_erf(x), rtol=1e-15, atol=1e-300)
 
 
+def test_float32_tail_fit_has_the_accuracy_its_docstring_states():
+    # R(a) = exp(a^2 / 2) Q(a), Q(a) = erfc(a / sqrt 2) / 2, in float64 with math.erfc (within
+    # 2e-14 of mpmath up to a = 10), against N(a) / D(a) with the coefficients as stored
+    a = np.linspace(0.0, float(kgelu.TAIL32_MAX), 20001)
+    ref = np.array([0.5 * math.erfc(t / math.sqrt(2.0)) * math.exp(0.5 * t * t) for t in a])
+    n = np.array(kgelu.TAIL32_N, np.float64)[::-1]  # highest degree first, for np.polyval
+    d = np.array((*kgelu.TAIL32_D, 1.0), np.float64)[::-1]
+    rel = np.abs(np.polyval(n, a) / np.polyval(d, a) / ref - 1.0)
+    print(f"max rel err {rel.max():.2e} at a = {a[rel.argmax()]:.4f}")
+    assert rel.max() <= 3.5e-8  # 3.2e-8: the float32 rounding of the coefficients
+
+
 # ============================================================================================
 # gelu (forward, threaded)
 # ============================================================================================
