@@ -13,6 +13,7 @@ import pytest
 
 from transformer_np import scaled_dot_product_attention
 from transformer_np._kernels.threads import (
+    GROUP_ROWS,
     blas_single_threaded,
     for_each_group,
     num_threads,
@@ -73,8 +74,8 @@ def test_row_groups_cover_every_row_once_in_balanced_groups(n, threads):
         assert len(groups) == 1 and groups[0] is rows
         return
     sizes = [len(g) for g in groups]
-    assert len(groups) == min(n, max(threads, -(-n // 8)))  # every thread has a group
-    assert max(sizes) - min(sizes) <= 1 and max(sizes) <= max(8, -(-n // threads))
+    assert len(groups) == min(n, max(threads, -(-n // GROUP_ROWS)))  # a group per thread
+    assert max(sizes) - min(sizes) <= 1 and max(sizes) <= max(GROUP_ROWS, -(-n // threads))
     # interleaved: the i-th longest rows are spread over the groups, not all in the first one
     assert [g[0] for g in groups] == list(rows[: len(groups)])
 
