@@ -35,6 +35,113 @@ PROPERTY_SETTINGS = settings(max_examples=40, deadline=None)
 
 
 # ============================================================================================
+# tolerances: from the arithmetic, not from one CPU
+# ============================================================================================
+#
+# Every floating-point operation gives its exact result rounded to a relative u = eps / 2, the
+# unit round-off (2**-24 ~ 6.0e-8 in float32, 2**-53 ~ 1.1e-16 in float64). A sum of n terms,
+# in any order and with any blocking, is within
+#
+#     gamma(n) * (sum of the terms' magnitudes),   gamma(n) = n u / (1 - n u),
+#
+# of the exact sum (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., 2002,
+# Lemma 3.1 and eq. 3.5), and so is a dot product or a row of a matrix product, the terms being
+# the products |a_i b_i|. The order and the blocking of the sums are what BLAS and NumPy's SIMD
+# dispatch choose differently from one CPU to another (AVX2 or AVX-512 kernels, FMA or not, one
+# thread or two): this worst case covers all of them, where a constant fitted to one machine's
+# rounding does not. A tolerance is therefore
+#
+#     rounding_tol(dtype, n, magnitude) = gamma(n) * magnitude
+#
+# where n counts the roundings along the computation (the length of each sum, one per
+# element-wise step, FUNCTION_ROUNDINGS per exp, log, erf or tanh) and magnitude is the size of the
+# terms (abs_product gives it exactly for a matrix product). Two computations of the same result
+# each stay within their own bound, so they differ by at most the sum of the two: their n add.
+# A test against a float64 reference counts only the float32 side, whose error dominates.
+#
+# These bounds are far below what a real bug gives: a dropped rescaling, a missed mask, float32
+# where float64 is needed all cost errors many orders of magnitude larger than gamma(n).
+
+# Roundings charged for one transcendental function (exp, log, erf, tanh, expm1...): NumPy's
+# SIMD versions (AVX2 and AVX-512) are within 4 ULP of the exact result, the largest error
+# NumPy's own accuracy tests allow (numpy/_core/tests/data/umath-validation-set-*.csv), and one
+# ULP is at most 2 u of the result.
+FUNCTION_ROUNDINGS = 8
+
+
+def unit_roundoff(dtype):
+    """u = eps / 2 of a floating-point dtype: the largest relative error of one rounding."""
+    return float(np.finfo(dtype).eps) / 2
+
+
+def rounding_tol(dtype, n=1, magnitude=1.0):
+    """The worst-case rounding error of ``n`` roundings in ``dtype`` on terms of size
+    ``magnitude`` (a scalar or an array): gamma(n) * magnitude, as derived above.
+
+    With the default magnitude 1 it is a relative tolerance (``rtol=``)."""
+    nu = n * unit_roundoff(dtype)
+    assert nu < 0.5, f"{n} roundings in {np.dtype(dtype).name}: no bound (n u = {nu:.2g})"
+    return nu / (1 - nu) * np.asarray(magnitude, dtype=np.float64)
+
+
+def abs_product(a, b):
+    """|a| @ |b| in float64: the magnitude of the terms of each entry of ``a @ b`` (the sum of
+    |a_ik b_kj| over k), with which a matrix product's rounding error is bounded."""
+    return np.abs(np.asarray(a, np.float64)) @ np.abs(np.asarray(b, np.float64))
+
+
+def attention_tol(q, k, v, dtype=None, *, n_tiles=1, sides=2):
+    """A bound on the difference of two computations of softmax(q k^T / sqrt(d_k)) v in
+    ``dtype`` (default: q's) whose keys are summed in at most ``n_tiles`` pieces each.
+
+    Each score is a d_k-term dot product, then scaled: its error is at most
+    ds = gamma(d_k + 1) |q| |k|^T / sqrt(d_k). The weights exp(s - max) / sum carry a relative
+    error of at most 2 ds (the score's error, in the numerator and in the sum) plus
+    gamma(FUNCTION_ROUNDINGS + n_k + 2 n_tiles + 2) (the exp, the sum of n_k terms, the
+    rescaling of the running sum at each tile and the division), plus u |s - max| <= 2 u max |s|
+    from the subtraction. The output, a weighted sum of n_k values, adds gamma(n_k) max |v|; the
+    weights sum to 1, so the whole error is at most max |v| times the sum of the relative errors.
+    ``sides`` computations of that kind (2 for two implementations in ``dtype``; 1 against
+    float64) add their bounds. Returns a scalar absolute tolerance for the output; the weights'
+    tolerance is the same with max |v| = 1.
+    """
+    dtype = np.dtype(dtype or np.asarray(q).dtype)
+    d_k, n_k = q.shape[-1], k.shape[-2]
+    q64, k64 = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    score_terms = float(np.max(abs_product(q64, np.swapaxes(k64, -1, -2)), initial=0.0))
+    score_terms /= np.sqrt(d_k)
+    ds = float(rounding_tol(dtype, d_k + 1, score_terms))
+    s_max = float(np.max(np.abs(q64 @ np.swapaxes(k64, -1, -2)), initial=0.0)) / np.sqrt(d_k)
+    rel = (
+        2 * ds
+        + float(rounding_tol(dtype, 1, 2 * s_max))
+        + float(rounding_tol(dtype, FUNCTION_ROUNDINGS + 2 * n_k + 2 * n_tiles + 2))
+    )
+    v_max = float(np.max(np.abs(np.asarray(v, np.float64)), initial=0.0))
+    return sides * rel * max(v_max, 1.0)
+
+
+def assert_within(actual, desired, tol, what="value"):
+    """``actual`` and ``desired`` have the same shape and differ by at most ``tol`` (a scalar or
+    an array broadcast against them) everywhere; on failure, say where, by how much and the
+    tolerance there."""
+    actual64 = np.asarray(actual, dtype=np.float64)
+    desired64 = np.asarray(desired, dtype=np.float64)
+    assert actual64.shape == desired64.shape, f"{what}: shape {actual64.shape} vs {desired64.shape}"
+    if actual64.size == 0:
+        return
+    err = np.abs(actual64 - desired64)
+    tol = np.broadcast_to(np.asarray(tol, np.float64), err.shape)
+    ratio = np.where(err == 0, 0.0, err / np.where(tol > 0, tol, np.inf))
+    ratio[np.isnan(err)] = np.inf
+    worst = np.unravel_index(np.argmax(ratio), ratio.shape)
+    assert ratio[worst] <= 1.0, (
+        f"{what}: |difference| {err[worst]:.3e} > tolerance {tol[worst]:.3e} at {worst}: "
+        f"{actual64[worst]!r} vs {desired64[worst]!r}"
+    )
+
+
+# ============================================================================================
 # random inputs and parameters
 # ============================================================================================
 
