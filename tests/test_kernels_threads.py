@@ -109,21 +109,25 @@ def test_num_threads_reads_the_environment(monkeypatch):
 
 
 def test_blas_threads_are_restored_after_the_fast_path():
-    from threadpoolctl import threadpool_info
+    from threadpoolctl import threadpool_info, threadpool_limits
 
     def blas_threads():
         return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
 
-    before = blas_threads()
-    if not before:
+    if not blas_threads():
         pytest.skip("no BLAS known to threadpoolctl")
-    rng = np.random.default_rng(7)
-    q, k, v = random_qkv(rng, (4, 512, 16), (4, 512, 16), dtype=np.float32)
-    scaled_dot_product_attention(q, k, v)
-    assert blas_threads() == before
-    with blas_single_threaded():
-        assert set(blas_threads()) == {1}
-        with blas_single_threaded():  # nested: still one thread, restored by the outer exit
-            pass
-        assert set(blas_threads()) == {1}
-    assert blas_threads() == before
+    # Two BLAS threads to start from, whatever the test process was given (one per worker under
+    # pytest-xdist), so that "restored" and "one thread inside" are not the same state.
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = blas_threads()
+        assert set(before) == {2}
+        rng = np.random.default_rng(7)
+        q, k, v = random_qkv(rng, (4, 512, 16), (4, 512, 16), dtype=np.float32)
+        scaled_dot_product_attention(q, k, v)
+        assert blas_threads() == before
+        with blas_single_threaded():
+            assert set(blas_threads()) == {1}
+            with blas_single_threaded():  # nested: still one thread, restored by the outer exit
+                pass
+            assert set(blas_threads()) == {1}
+        assert blas_threads() == before

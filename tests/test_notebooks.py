@@ -118,6 +118,7 @@ def test_there_are_notebooks():
     assert NOTEBOOKS, "no notebook found under docs/"
 
 
+@pytest.mark.notebooks
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.relative_to(DOCS).as_posix())
 def test_notebook_executes(path, tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
