@@ -90,33 +90,36 @@ def abs_product(a, b):
     return np.abs(np.asarray(a, np.float64)) @ np.abs(np.asarray(b, np.float64))
 
 
-def attention_tol(q, k, v, dtype=None, *, n_tiles=1, sides=2):
-    """A bound on the difference of two computations of softmax(q k^T / sqrt(d_k)) v in
+def attention_tol(q, k, v, dtype=None, *, bias=None, n_tiles=1, sides=2):
+    """A bound on the difference of two computations of softmax(q k^T / sqrt(d_k) + bias) v in
     ``dtype`` (default: q's) whose keys are summed in at most ``n_tiles`` pieces each.
 
-    Each score is a d_k-term dot product, then scaled: its error is at most
-    ds = gamma(d_k + 1) |q| |k|^T / sqrt(d_k). The weights exp(s - max) / sum carry a relative
-    error of at most 2 ds (the score's error, in the numerator and in the sum) plus
-    gamma(FUNCTION_ROUNDINGS + n_k + 2 n_tiles + 2) (the exp, the sum of n_k terms, the
-    rescaling of the running sum at each tile and the division), plus u |s - max| <= 2 u max |s|
-    from the subtraction. The output, a weighted sum of n_k values, adds gamma(n_k) max |v|; the
+    Each score is a d_k-term dot product, scaled (the scale 1 / sqrt(d_k) is itself rounded, then
+    multiplied: 3 roundings) and the bias added: its error is at most
+    ds = gamma(d_k + 4) (|q| |k|^T / sqrt(d_k) + |bias|). The weights exp(s - max) / sum carry a
+    relative error of at most 2 ds (the score's error, in the numerator and in the sum), plus u
+    |s - max| <= 2 u max |s| from the subtraction, plus the roundings of the exp (in the
+    numerator and in the sum: 2 FUNCTION_ROUNDINGS), of the exp and the product that rescale the
+    running sums at each later tile (2 (FUNCTION_ROUNDINGS + 1) per tile), of the sum of n_k terms
+    and of the division. The output, a weighted sum of n_k values, adds gamma(n_k) max |v|; the
     weights sum to 1, so the whole error is at most max |v| times the sum of the relative errors.
     ``sides`` computations of that kind (2 for two implementations in ``dtype``; 1 against
     float64) add their bounds. Returns a scalar absolute tolerance for the output; the weights'
-    tolerance is the same with max |v| = 1.
+    tolerance is the same with max |v| = 1. (rounding.attention_bound gives the same bound
+    element by element, with masks and errors already in q, k, v.)
     """
     dtype = np.dtype(dtype or np.asarray(q).dtype)
     d_k, n_k = q.shape[-1], k.shape[-2]
     q64, k64 = np.asarray(q, np.float64), np.asarray(k, np.float64)
-    score_terms = float(np.max(abs_product(q64, np.swapaxes(k64, -1, -2)), initial=0.0))
-    score_terms /= np.sqrt(d_k)
-    ds = float(rounding_tol(dtype, d_k + 1, score_terms))
-    s_max = float(np.max(np.abs(q64 @ np.swapaxes(k64, -1, -2)), initial=0.0)) / np.sqrt(d_k)
-    rel = (
-        2 * ds
-        + float(rounding_tol(dtype, 1, 2 * s_max))
-        + float(rounding_tol(dtype, FUNCTION_ROUNDINGS + 2 * n_k + 2 * n_tiles + 2))
-    )
+    kt = np.swapaxes(k64, -1, -2)
+    terms, scores = abs_product(q64, kt) / np.sqrt(d_k), q64 @ kt / np.sqrt(d_k)
+    if bias is not None:
+        b = np.asarray(bias, np.float64)
+        terms, scores = terms + np.abs(b), scores + b
+    ds = float(rounding_tol(dtype, d_k + 4, float(np.max(terms, initial=0.0))))
+    s_max = float(np.max(np.abs(scores), initial=0.0))
+    n_w = 2 * FUNCTION_ROUNDINGS + 2 * (n_tiles - 1) * (FUNCTION_ROUNDINGS + 1) + 2 * n_k + 1
+    rel = 2 * ds + float(rounding_tol(dtype, 1, 2 * s_max)) + float(rounding_tol(dtype, n_w))
     v_max = float(np.max(np.abs(np.asarray(v, np.float64)), initial=0.0))
     return sides * rel * max(v_max, 1.0)
 

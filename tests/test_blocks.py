@@ -24,19 +24,25 @@ from transformer_np import (
 
 from helpers import (
     PROPERTY_SETTINGS,
-    TORCH_FORWARD_TOL,
-    TORCH_GRAD_TOL,
-    assert_close_to_torch,
+    assert_within,
     gradcheck_layer,
     load_decoder_layer,
     load_encoder_layer,
     randomise_biases,
+    rounding_tol,
     to_torch,
     to_torch64,
     to_torch_blocked,
     torch_decoder_layer_grads,
     torch_dtype,
     torch_encoder_layer_grads,
+)
+from rounding import (
+    OUR_FUNCTIONS,
+    decoder_block_rounded,
+    encoder_block_rounded,
+    exact,
+    torch_functions,
 )
 
 
@@ -46,6 +52,13 @@ def encoder_block_with_random_biases(norm_first, seed=0, **kw):
     block = EncoderBlock(16, 4, 32, norm_first=norm_first, rng=rng, **kw)
     randomise_biases(block.params, rng, scale=0.1)
     return block, rng
+
+
+def mean_tol(y):
+    """The tolerance of ``y.mean(-1)`` against its exact value, ``y`` the Rounded output of a
+    block (float64): the mean of the entries' tolerances, and the mean's own D + 1 roundings."""
+    D = y.value.shape[-1]
+    return y.tol(np.float64).mean(-1) + rounding_tol(np.float64, D + 1, np.abs(y.value).mean(-1))
 
 
 # ============================================================================================
@@ -70,7 +83,8 @@ def test_post_ln_is_layernorm_of_x_plus_sublayer():
     a, _ = block.attn(x, mask=mask)
     h = block.norm1(x + a)
     ref = block.norm2(h + block.ff(h))
-    np.testing.assert_allclose(block(x, mask=mask), ref, rtol=1e-14, atol=1e-14)
+    tol = encoder_block_rounded(block, exact(x), mask)[0].tol(np.float64, sides=2)
+    assert_within(block(x, mask=mask), ref, tol, "post-LN block")
 
 
 def test_pre_ln_is_x_plus_sublayer_of_layernorm():
@@ -79,14 +93,18 @@ def test_pre_ln_is_x_plus_sublayer_of_layernorm():
     a, _ = block.attn(block.norm1(x), mask=causal_mask(5))
     h = x + a
     ref = h + block.ff(block.norm2(h))
-    np.testing.assert_allclose(block(x, mask=causal_mask(5)), ref, rtol=1e-14, atol=1e-14)
+    tol = encoder_block_rounded(block, exact(x), causal_mask(5))[0].tol(np.float64, sides=2)
+    assert_within(block(x, mask=causal_mask(5)), ref, tol, "pre-LN block")
 
 
 def test_post_ln_output_is_normalised_and_pre_ln_output_is_not():
     x = np.random.default_rng(1).standard_normal((3, 7, 16)) * 5
-    post = EncoderBlock(16, 4, 32, rng=np.random.default_rng(2))(x)
+    post_block = EncoderBlock(16, 4, 32, rng=np.random.default_rng(2))
+    post = post_block(x)
     pre = EncoderBlock(16, 4, 32, norm_first=True, rng=np.random.default_rng(2))(x)
-    np.testing.assert_allclose(post.mean(-1), 0.0, atol=1e-12)
+    assert_within(
+        post.mean(-1), np.zeros((3, 7)), mean_tol(encoder_block_rounded(post_block, exact(x))[0])
+    )
     np.testing.assert_allclose(post.var(-1), 1.0, atol=1e-4)  # var / (var + eps)
     assert np.abs(pre.var(-1) - 1.0).max() > 1.0  # keeps the large scale of x
 
@@ -94,8 +112,13 @@ def test_post_ln_output_is_normalised_and_pre_ln_output_is_not():
 def test_decoder_block_post_ln_output_is_normalised():
     rng = np.random.default_rng(0)
     block = DecoderBlock(16, 4, 32, rng=rng)
-    y = block(rng.standard_normal((2, 3, 16)) * 5, rng.standard_normal((2, 4, 16)))
-    np.testing.assert_allclose(y.mean(-1), 0, atol=1e-7)
+    x, memory = rng.standard_normal((2, 3, 16)) * 5, rng.standard_normal((2, 4, 16))
+    y = block(x, memory)
+    assert_within(
+        y.mean(-1),
+        np.zeros((2, 3)),
+        mean_tol(decoder_block_rounded(block, exact(x), exact(memory))[0]),
+    )
     np.testing.assert_allclose(y.std(-1), 1, atol=1e-3)
 
 
@@ -106,7 +129,11 @@ def test_block_stores_attention_weights_and_masks_padding():
     w = block.attention_weights
     assert w.shape == (2, 4, 5, 5)
     assert np.all(w[1, :, :, 2:] == 0)
-    np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-14)
+    # whatever the scores' errors, the weights are e_j / sum(e): the sum of 5 (4 roundings),
+    # each division, then the 4 additions of w.sum
+    assert_within(
+        w.sum(-1), np.ones((2, 4, 5)), rounding_tol(np.float64, 2 * 5 - 1), "sum of the weights"
+    )
 
 
 def test_block_additive_bias_is_passed_to_attention():
@@ -115,7 +142,8 @@ def test_block_additive_bias_is_passed_to_attention():
     pm = padding_mask([4, 3])
     y_mask = block(x, mask=pm)
     y_bias = block(x, bias=np.where(pm, 0.0, np.finfo(np.float64).min))  # as Hugging Face does
-    np.testing.assert_allclose(y_bias, y_mask, rtol=1e-14, atol=1e-14)
+    tol = encoder_block_rounded(block, exact(x), pm)[0].tol(np.float64, sides=2)
+    assert_within(y_bias, y_mask, tol, "bias vs mask")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -124,7 +152,8 @@ def test_block_keeps_dtype_and_accepts_unbatched_input(dtype):
     x = np.random.default_rng(1).standard_normal((5, 8)).astype(dtype)
     y = block(x)
     assert y.dtype == dtype and y.shape == (5, 8)
-    np.testing.assert_allclose(y, block(x[None])[0], rtol=1e-5 if dtype == np.float32 else 1e-14)
+    tol = encoder_block_rounded(block, exact(x[None]))[0].tol(dtype, sides=2)[0]
+    assert_within(y, block(x[None])[0], tol, "unbatched vs batched")
 
 
 def test_encoder_block_with_zero_dropout_in_training_mode_equals_evaluation_mode():
@@ -162,7 +191,8 @@ def test_block_dropout_sits_on_sublayer_outputs(norm_first):
         a, _ = block.attn(x, mask=mask)
         h = block.norm1(x + m1 * a)
         ref = block.norm2(h + m2 * block.ff(h))
-    np.testing.assert_allclose(y, ref, rtol=1e-14, atol=1e-14)
+    count, _ = encoder_block_rounded(block, exact(x), mask, dropout_masks=(m1, m2))
+    assert_within(y, ref, count.tol(np.float64, sides=2), "encoder block with dropout")
     assert not np.allclose(y, block.eval()(x, mask=mask))  # the masks did change the output
     assert block.drop1.cache is None and block.drop2.cache is None  # eval: no mask
 
@@ -186,7 +216,10 @@ def test_block_dropout_sits_on_sublayer_outputs(norm_first):
         c, _ = dec.cross_attn(h, memory, memory_mask)
         h2 = dec.norm2(h + m2 * c)
         ref = dec.norm3(h2 + m3 * dec.ff(h2))
-    np.testing.assert_allclose(y, ref, rtol=1e-14, atol=1e-14)
+    count, _ = decoder_block_rounded(
+        dec, exact(x), exact(memory), self_mask, memory_mask, dropout_masks=(m1, m2, m3)
+    )
+    assert_within(y, ref, count.tol(np.float64, sides=2), "decoder block with dropout")
     assert not np.allclose(y, dec.eval()(x, memory, self_mask, memory_mask))
     assert all(d.cache is None for d in (dec.drop1, dec.drop2, dec.drop3))
 
@@ -216,9 +249,11 @@ def test_causal_encoder_block_output_at_i_ignores_tokens_after_i(T, data, seed):
     x = rng.standard_normal((2, T, 8))
     x_changed = x.copy()
     x_changed[:, i + 1 :] = rng.standard_normal((2, T - i - 1, 8)) * 10
-    np.testing.assert_allclose(
-        run(x_changed)[:, : i + 1], run(x)[:, : i + 1], rtol=1e-13, atol=1e-14
+    tol = sum(
+        encoder_block_rounded(block, exact(inputs), causal_mask(T))[0].tol(np.float64)
+        for inputs in (x, x_changed)
     )
+    assert_within(run(x_changed)[:, : i + 1], run(x)[:, : i + 1], tol[:, : i + 1])
 
 
 @PROPERTY_SETTINGS
@@ -228,7 +263,9 @@ def test_without_positions_encoder_block_is_permutation_equivariant(T, seed):
     f = EncoderBlock(12, 3, 24, rng=rng)
     x = rng.standard_normal((T, 12))
     perm = rng.permutation(T)
-    np.testing.assert_allclose(f(x[perm]), f(x)[perm], rtol=1e-12, atol=1e-13)
+    tol = encoder_block_rounded(f, exact(x[perm][None]))[0].tol(np.float64)[0]
+    tol = tol + encoder_block_rounded(f, exact(x[None]))[0].tol(np.float64)[0][perm]
+    assert_within(f(x[perm]), f(x)[perm], tol)
 
 
 # ============================================================================================
@@ -348,9 +385,11 @@ def test_encoder_block_matches_torch_transformer_encoder_layer(
     with torch.no_grad():
         key_padding = to_torch(np.arange(6) >= lengths[:, None])
         ref_y = ref(to_torch(x), src_key_padding_mask=key_padding).numpy()
-    assert_close_to_torch(
-        y, ref_y, f"EncoderBlock({norm_first=}, {activation})", atol=TORCH_FORWARD_TOL[dtype]
+    tol = sum(
+        encoder_block_rounded(block, exact(x), padding_mask(lengths), functions=f)[0].tol(dtype)
+        for f in (OUR_FUNCTIONS, torch_functions(dtype))  # ours, PyTorch's
     )
+    assert_within(y, ref_y, tol, f"EncoderBlock({norm_first=}, {activation})")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -362,7 +401,11 @@ def test_encoder_block_with_causal_mask_matches_torch(torch, dtype):
     y = block(x, mask=causal_mask(5))
     with torch.no_grad():
         ref_y = ref(to_torch(x), src_mask=to_torch(~causal_mask(5))).numpy()
-    assert_close_to_torch(y, ref_y, "EncoderBlock causal", atol=TORCH_FORWARD_TOL[dtype])
+    tol = sum(
+        encoder_block_rounded(block, exact(x), causal_mask(5), functions=f)[0].tol(dtype)
+        for f in (OUR_FUNCTIONS, torch_functions(dtype))  # ours, PyTorch's
+    )
+    assert_within(y, ref_y, tol, "EncoderBlock causal")
 
 
 def torch_decoder_layer_like(torch, block, dtype):
@@ -408,9 +451,13 @@ def test_decoder_block_matches_torch_transformer_decoder_layer(
             tgt_key_padding_mask=to_torch_blocked(tgt_pad[:, 0, 0]),
             memory_key_padding_mask=to_torch_blocked(src_pad[:, 0, 0]),
         ).numpy()
-    assert_close_to_torch(
-        y, ref_y, f"DecoderBlock({norm_first=}, {activation})", atol=TORCH_FORWARD_TOL[dtype]
+    tol = sum(
+        decoder_block_rounded(
+            block, exact(x), exact(memory), causal_mask(5) & tgt_pad, src_pad, functions=f
+        )[0].tol(dtype)
+        for f in (OUR_FUNCTIONS, torch_functions(dtype))  # ours, PyTorch's
     )
+    assert_within(y, ref_y, tol, f"DecoderBlock({norm_first=}, {activation})")
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -437,9 +484,10 @@ def test_encoder_block_grads_match_torch_encoder_layer(torch, rng, norm_first, a
     out = tl(xt, src_key_padding_mask=to_torch_blocked(pad[:, 0, 0]))
     (out * to_torch64(G)).sum().backward()
     block(x, mask=pad)
-    assert_close_to_torch(block.backward(G), xt.grad, "dx", atol=TORCH_GRAD_TOL)
+    dx, grads = encoder_block_rounded(block, exact(x), pad)[1](exact(G))
+    assert_within(block.backward(G), xt.grad, dx.tol(np.float64, sides=2), "dx")
     for k, v in torch_encoder_layer_grads(tl).items():
-        assert_close_to_torch(block.grads[k], v, k, atol=TORCH_GRAD_TOL)
+        assert_within(block.grads[k], v, grads[k].tol(np.float64, sides=2), k)
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -466,7 +514,9 @@ def test_decoder_block_grads_match_torch_decoder_layer(torch, rng, norm_first):
     (out * to_torch64(G)).sum().backward()
     block(x, mem, causal_mask(4) & tgt_pad, src_pad)
     dx, dmem = block.backward(G)
-    assert_close_to_torch(dx, xt.grad, "dx", atol=TORCH_GRAD_TOL)
-    assert_close_to_torch(dmem, mt.grad, "dmemory", atol=TORCH_GRAD_TOL)
+    _, back = decoder_block_rounded(block, exact(x), exact(mem), causal_mask(4) & tgt_pad, src_pad)
+    (dx_r, dmem_r), grads = back(exact(G))
+    assert_within(dx, xt.grad, dx_r.tol(np.float64, sides=2), "dx")
+    assert_within(dmem, mt.grad, dmem_r.tol(np.float64, sides=2), "dmemory")
     for k, v in torch_decoder_layer_grads(tl).items():
-        assert_close_to_torch(block.grads[k], v, k, atol=TORCH_GRAD_TOL)
+        assert_within(block.grads[k], v, grads[k].tol(np.float64, sides=2), k)

@@ -15,9 +15,7 @@ from transformer_np import Embedding, TiedOutput
 
 from helpers import (
     FD_TOL,
-    TORCH_FORWARD_TOL,
-    TORCH_GRAD_TOL,
-    assert_close_to_torch,
+    assert_within,
     gradcheck_layer,
     numerical_gradient,
     relative_error,
@@ -25,6 +23,7 @@ from helpers import (
     to_torch64,
     torch_dtype,
 )
+from rounding import embedding_rounded, exact, tied_output_rounded
 
 # ============================================================================================
 # values
@@ -36,7 +35,9 @@ def test_embedding_looks_up_rows_scaled_by_sqrt_d_model():
     ids = np.array([[1, 2, 3], [9, 0, 1]])
     out = emb(ids)
     assert out.shape == (2, 3, 16)
-    np.testing.assert_allclose(out, emb.params["W"][ids] * 4.0, rtol=1e-15)
+    assert_within(
+        out, emb.params["W"][ids] * 4.0, embedding_rounded(emb, ids)[0].tol(np.float64, 2)
+    )
     np.testing.assert_array_equal(emb.cache["ids"], ids)
 
 
@@ -125,7 +126,8 @@ def test_embedding_grad_matches_torch(torch, rng):
     (te(torch.tensor(ids)) * math.sqrt(4) * to_torch64(G)).sum().backward()
     emb(ids)
     emb.backward(G)
-    assert_close_to_torch(emb.grads["W"], te.weight.grad, "Embedding.W", atol=TORCH_GRAD_TOL)
+    tol = embedding_rounded(emb, ids)[1](exact(G))["W"].tol(np.float64, sides=2)
+    assert_within(emb.grads["W"], te.weight.grad, tol, "Embedding.W")
 
 
 def torch_embedding_like(torch, emb, dtype):
@@ -148,7 +150,8 @@ def test_embedding_forward_matches_torch_embedding(torch, dtype, scale):
     with torch.no_grad():
         ref = te(torch.tensor(ids))
         ref = (ref * math.sqrt(12) if scale else ref).numpy()
-    assert_close_to_torch(out, ref, f"Embedding({scale=})", atol=TORCH_FORWARD_TOL[dtype])
+    tol = embedding_rounded(emb, ids)[0].tol(dtype, sides=2)
+    assert_within(out, ref, tol, f"Embedding({scale=}, {np.dtype(dtype).name})")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -163,4 +166,5 @@ def test_tied_output_forward_matches_torch_linear_with_the_embedding_table(torch
     assert logits.shape == (3, 7, 11) and logits.dtype == dtype
     with torch.no_grad():
         ref = torch.nn.functional.linear(to_torch(h), te.weight, to_torch(out.params["b"]))
-    assert_close_to_torch(logits, ref.numpy(), "TiedOutput", atol=TORCH_FORWARD_TOL[dtype])
+    tol = tied_output_rounded(emb, out.params["b"], exact(h))[0].tol(dtype, sides=2)
+    assert_within(logits, ref.numpy(), tol, f"TiedOutput ({np.dtype(dtype).name})")

@@ -11,15 +11,14 @@ import pytest
 from transformer_np import FeedForward, gelu
 
 from helpers import (
-    TORCH_FORWARD_TOL,
-    TORCH_GRAD_TOL,
-    assert_close_to_torch,
+    assert_within,
     gradcheck_layer,
     load_linear,
     to_torch,
     to_torch64,
     torch_dtype,
 )
+from rounding import exact, feed_forward_rounded, linear_rounded, torch_functions
 
 # ============================================================================================
 # values
@@ -34,8 +33,10 @@ def test_feedforward_is_two_linears_with_activation(activation):
     h = x @ ff.linear1.params["W"] + ff.linear1.params["b"]
     a = np.maximum(h, 0) if activation == "relu" else gelu(h)
     ref = a @ ff.linear2.params["W"] + ff.linear2.params["b"]
-    np.testing.assert_allclose(ff(x), ref, rtol=1e-13, atol=1e-14)
-    np.testing.assert_allclose(ff.cache["h"], h.reshape(6, 32), rtol=1e-14, atol=1e-15)
+    y, _ = feed_forward_rounded(ff, exact(x))
+    assert_within(ff(x), ref, y.tol(np.float64, sides=2), f"FeedForward({activation})")
+    h_r, _ = linear_rounded(exact(x), ff.linear1.params["W"], ff.linear1.params["b"])
+    assert_within(ff.cache["h"], h.reshape(6, 32), h_r.tol(np.float64, sides=2).reshape(6, 32))
 
 
 def test_feedforward_params_view_has_dotted_names_and_writes_through():
@@ -106,7 +107,10 @@ def test_feed_forward_forward_matches_torch(torch, dtype, activation):
     assert y.dtype == dtype
     with torch.no_grad():
         ref_y = ref(to_torch(x)).numpy()
-    assert_close_to_torch(y, ref_y, f"FeedForward({activation})", atol=TORCH_FORWARD_TOL[dtype])
+    ours = feed_forward_rounded(ff, exact(x))[0]
+    theirs = feed_forward_rounded(ff, exact(x), torch_functions(dtype))[0]
+    tol = ours.tol(dtype) + theirs.tol(dtype)
+    assert_within(y, ref_y, tol, f"FeedForward({activation}, {np.dtype(dtype).name})")
 
 
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
@@ -123,20 +127,17 @@ def test_feed_forward_grads_match_torch(torch, rng, training):
         xt = to_torch64(x, True)
         ((t2(getattr(torch.nn.functional, act)(t1(xt)))) * to_torch64(G)).sum().backward()
         ff(x)
-        assert_close_to_torch(
-            ff.backward(G), xt.grad, f"FeedForward({act}) dx", atol=TORCH_GRAD_TOL
-        )
-        assert_close_to_torch(
+        dx, grads = feed_forward_rounded(ff, exact(x))[1](exact(G))
+        tol = {"dx": dx.tol(np.float64, 2)} | {k: v.tol(np.float64, 2) for k, v in grads.items()}
+        assert_within(ff.backward(G), xt.grad, tol["dx"], f"FeedForward({act}) dx")
+        assert_within(
             ff.grads["linear1.W"],
             t1.weight.grad.T,
+            tol["linear1.W"],
             f"FeedForward({act}) linear1.W",
-            atol=TORCH_GRAD_TOL,
         )
-        assert_close_to_torch(
-            ff.grads["linear2.b"],
-            t2.bias.grad,
-            f"FeedForward({act}) linear2.b",
-            atol=TORCH_GRAD_TOL,
+        assert_within(
+            ff.grads["linear2.b"], t2.bias.grad, tol["linear2.b"], f"FeedForward({act}) linear2.b"
         )
 
 
@@ -157,8 +158,13 @@ def test_float32_feed_forward_backward_matches_torch_float64(torch, rng, activat
     assert (ff.cache["slope"] is not None) == (training and activation == "gelu")
     dx = ff.backward(G)
     assert dx.dtype == np.float32 and ff.grads["linear1.W"].dtype == np.float32
-    for mine, ref in ((dx, xt.grad), (ff.grads["linear1.W"], t1.weight.grad.T)):
+    dx_r, grads_r = feed_forward_rounded(ff, exact(x))[1](exact(G))
+    # against float64: only the float32 side's roundings count
+    for what, mine, ref, count in (
+        ("dx", dx, xt.grad, dx_r),
+        ("linear1.W", ff.grads["linear1.W"], t1.weight.grad.T, grads_r["linear1.W"]),
+    ):
         ref = ref.numpy()
         err = np.abs(mine - ref).max() / np.abs(ref).max()
-        print(f"float32 {activation}: relative max error {err:.1e}")
-        assert err <= 1e-5
+        print(f"float32 {activation} {what}: relative max error {err:.1e}")
+        assert_within(mine, ref, count.tol(np.float32), f"float32 FeedForward {what}")

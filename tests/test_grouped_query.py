@@ -19,7 +19,17 @@ from transformer_np import (
 )
 from transformer_np.config import LlamaConfig
 
-from helpers import hf_llama_config, hf_llama_in_input_dtype, to_torch
+from helpers import assert_within, hf_llama_config, hf_llama_in_input_dtype, to_torch
+from rounding import TORCH_EXP_ROUNDINGS, TORCH_SCALE_ROUNDINGS, attention_layer_bound
+
+# Tolerances: attention_layer_bound (rounding.py) of each computation compared (two of
+# ours, or ours and Hugging Face's), with the rotation's tables (the same on both sides).
+
+
+def rope_of(gqa, T):
+    """The (cos, sin) tables of positions 0 .. T - 1 of ``gqa``'s heads."""
+    return rope_angles(np.arange(T), gqa.d_head, gqa.rope_base)
+
 
 # ============================================================================================
 # values
@@ -47,8 +57,9 @@ def test_equals_keys_and_values_repeated_per_group(rng, n_kv_heads):
     x = rng.standard_normal((2, 7, 32))
     out, w = gqa(x, mask=causal_mask(7))
     out_ref, w_ref = repeated_heads_attention(gqa, x)
-    np.testing.assert_allclose(out, out_ref, rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(w, w_ref, rtol=1e-12, atol=1e-14)
+    bound = attention_layer_bound(gqa, x, mask=causal_mask(7), rope=rope_of(gqa, 7))  # each side
+    assert_within(out, out_ref, 2 * bound["out"], "output vs repeated heads")
+    assert_within(w, w_ref, 2 * bound["weights"], "weights vs repeated heads")
 
 
 def test_one_group_per_head_at_one_position_is_multi_head_attention(rng):
@@ -56,7 +67,8 @@ def test_one_group_per_head_at_one_position_is_multi_head_attention(rng):
     mha = MultiHeadAttention(16, 4, bias=False, rng=rng)
     mha.params.update(gqa.params)
     x = rng.standard_normal((3, 1, 16))  # one position: the rotation is the identity
-    np.testing.assert_allclose(gqa(x)[0], mha(x)[0], rtol=1e-13, atol=1e-14)
+    tol = 2 * attention_layer_bound(mha, x)["out"]  # cos 1, sin 0: the same bound for both
+    assert_within(gqa(x)[0], mha(x)[0], tol, "GQA vs MHA")
 
 
 def test_the_cache_gives_the_same_output_step_by_step(rng):
@@ -66,7 +78,9 @@ def test_the_cache_gives_the_same_output_step_by_step(rng):
     cache = KVCache(9)
     steps = [gqa(x[:, :4], kv_cache=cache)[0]]  # a prefill of 4, then one token at a time
     steps += [gqa(x[:, t : t + 1], kv_cache=cache)[0] for t in range(4, 9)]
-    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-12, atol=1e-13)
+    # each step computes rows of the full computation (on fewer keys): the same bound holds
+    bound = attention_layer_bound(gqa, x, mask=causal_mask(9), rope=rope_of(gqa, 9))
+    assert_within(np.concatenate(steps, axis=1), full, 2 * bound["out"], "steps vs full")
     assert cache.stored()[0].shape == (2, 2, 9, 4)  # only Hkv = 2 heads are stored
 
 
@@ -74,7 +88,8 @@ def test_unbatched_input(rng):
     gqa = GroupedQueryAttention(16, 4, 2, rng=rng)
     x = rng.standard_normal((5, 16))
     out, w = gqa(x, mask=causal_mask(5))
-    np.testing.assert_allclose(out, gqa(x[None], mask=causal_mask(5))[0][0], rtol=1e-14)
+    # exact: an unbatched input is run as a batch of one, the same steps on the same numbers
+    np.testing.assert_array_equal(out, gqa(x[None], mask=causal_mask(5))[0][0])
     assert w.shape == (4, 5, 5)
 
 
@@ -127,8 +142,8 @@ def test_no_backward():
 # ============================================================================================
 
 
-@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 1e-5)])
-def test_matches_llama_attention(torch, rng, dtype, tol, monkeypatch):
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_matches_llama_attention(torch, rng, dtype, monkeypatch):
     from transformers.models.llama.modeling_llama import LlamaAttention
 
     hf_llama_in_input_dtype(monkeypatch)  # its softmax would run in float32
@@ -147,5 +162,12 @@ def test_matches_llama_attention(torch, rng, dtype, tol, monkeypatch):
     additive = to_torch(np.where(causal_mask(T), 0.0, -np.inf).astype(dtype))[None, None]
     out_ref, w_ref = ref(to_torch(x), (to_torch(cos)[None], to_torch(sin)[None]), additive)
     out, w = gqa(x, mask=causal_mask(T))
-    np.testing.assert_allclose(out, out_ref.detach().numpy(), rtol=0, atol=tol)
-    np.testing.assert_allclose(w, w_ref.detach().numpy(), rtol=0, atol=tol)
+    # ours and theirs (eager attention: its exp and its scale), on the same rotation tables
+    kw = {"mask": causal_mask(T), "rope": (cos, sin)}
+    ours = attention_layer_bound(gqa, x, **kw)
+    theirs = attention_layer_bound(
+        gqa, x, exp_roundings=TORCH_EXP_ROUNDINGS, scale_roundings=TORCH_SCALE_ROUNDINGS, **kw
+    )
+    out_tol, w_tol = ours["out"] + theirs["out"], ours["weights"] + theirs["weights"]
+    assert_within(out, out_ref.detach().numpy(), out_tol, "output vs LlamaAttention")
+    assert_within(w, w_ref.detach().numpy(), w_tol, "weights vs LlamaAttention")

@@ -22,9 +22,16 @@ from transformer_np._kernels import attention as kernel
 from transformer_np._kernels.attention import attention_inplace, scores_are_bounded
 from transformer_np._kernels.threads import MIN_SPLIT_BYTES, row_chunks
 
-from helpers import TORCH_FORWARD_TOL, assert_close_to_torch, random_qkv, to_torch
+from helpers import (
+    FUNCTION_ROUNDINGS,
+    assert_within,
+    random_qkv,
+    rounding_tol,
+    to_torch,
+)
+from rounding import attention_bound, torch_sdpa_tol
 
-TOL = {np.float32: 2e-6, np.float64: 1e-13}
+# Tolerances: attention_bound (rounding.py) of each of the two computations compared.
 
 # ============================================================================================
 # values
@@ -50,11 +57,12 @@ def test_kernel_equals_the_plain_steps(dtype, masking, shape):
     elif masking == "bias":
         bias = rng.standard_normal((n_q, n_k)).astype(dtype)
     ref_out, ref_w = attention_steps(q, k, v, mask, bias)
+    out_tol, w_tol = (2 * b for b in attention_bound(q, k, v, mask=mask, bias=bias))  # 2 sides
     for need_weights in (True, False):
         out, w = kernel.attention(q, k, v, mask, bias, need_weights=need_weights)
-        np.testing.assert_allclose(out, ref_out, rtol=TOL[dtype], atol=TOL[dtype])
+        assert_within(out, ref_out, out_tol, f"output, need_weights={need_weights}")
         if need_weights:
-            np.testing.assert_allclose(w, ref_w, rtol=TOL[dtype], atol=TOL[dtype])
+            assert_within(w, ref_w, w_tol, "weights")
 
 
 def test_kernel_gives_zeros_for_a_fully_blocked_row_like_the_plain_steps():
@@ -65,7 +73,7 @@ def test_kernel_gives_zeros_for_a_fully_blocked_row_like_the_plain_steps():
     ref_out, ref_w = attention_steps(q, k, v, mask)
     out, w = kernel.attention(q, k, v, mask)
     assert not ref_w[:, 2].any() and not w[:, 2].any() and not out[:, 2].any()
-    np.testing.assert_allclose(out, ref_out, rtol=1e-13, atol=1e-15)
+    assert_within(out, ref_out, 2 * attention_bound(q, k, v, mask=mask)[0], "output")
 
 
 # ------------------------------------------------------------------ chunked path == one pass
@@ -81,19 +89,24 @@ def attention_in_one_pass(q, k, v, mask=None, bias=None):
     return out, w
 
 
-def assert_fast_path_equals_one_pass(q, k, v, mask=None, bias=None):
+def assert_fast_path_equals_one_pass(q, k, v, mask=None, bias=None, *, as_if=None):
     """scaled_dot_product_attention (chunked, threaded) equals the one pass, with and without
-    the weights; returns its output and weights."""
+    the weights, within the bounds of both (attention_bound); returns its output and weights.
+
+    ``as_if``: the (queries, bias) whose computation both sides in fact run, for the bound,
+    when they are not (q, bias) (see the BERT-style test).
+    """
     n_scores = np.prod(np.broadcast_shapes(q.shape[:-2], k.shape[:-2])) * q.shape[-2] * k.shape[-2]
     assert n_scores * q.dtype.itemsize >= MIN_SPLIT_BYTES, "too small to take the fast path"
     out, w = scaled_dot_product_attention(q, k, v, mask, bias=bias)
     ref_out, ref_w = attention_in_one_pass(q, k, v, mask, bias)
-    tol = TOL[q.dtype.type]
-    np.testing.assert_allclose(w, ref_w, atol=tol, rtol=0)
-    np.testing.assert_allclose(out, ref_out, atol=tol, rtol=0)
+    bound_q, bound_bias = (q, bias) if as_if is None else as_if
+    out_bound, w_bound = attention_bound(bound_q, k, v, mask=mask, bias=bound_bias)
+    assert_within(w, ref_w, 2 * w_bound, "fast path weights")
+    assert_within(out, ref_out, 2 * out_bound, "fast path output")
     out_only, none = scaled_dot_product_attention(q, k, v, mask, bias=bias, need_weights=False)
     assert none is None and out_only.dtype == out.dtype
-    np.testing.assert_allclose(out_only, ref_out, atol=tol, rtol=0)
+    assert_within(out_only, ref_out, 2 * out_bound, "fast path output, need_weights=False")
     return out, w
 
 
@@ -174,15 +187,15 @@ def test_steps_without_the_row_maximum_give_the_same_weights(dtype):
     mask = rng.random((40, 50)) < 0.7
     mask[5] = False  # a row with every key blocked
     assert scores_are_bounded(q, k, v, None)
+    out_tol, w_tol = (2 * b for b in attention_bound(q, k, v, mask=mask))
     results = []
     for shift in (True, False):
         out, w = np.empty((3, 40, 6), dtype), np.empty((3, 40, 50), dtype)
         attention_inplace(q, k, v, mask, None, out, w, shift=shift)
         results.append((out, w))
     (out1, w1), (out2, w2) = results
-    tol = TOL[dtype]
-    np.testing.assert_allclose(w2, w1, atol=tol, rtol=0)
-    np.testing.assert_allclose(out2, out1, atol=tol, rtol=0)
+    assert_within(w2, w1, w_tol, "weights without the row maximum")
+    assert_within(out2, out1, out_tol, "output without the row maximum")
     assert np.all(w2[:, 5] == 0) and np.all(out2[:, 5] == 0)
 
 
@@ -199,9 +212,10 @@ def test_large_scores_on_the_fast_path_take_the_row_maximum(need_weights):
     ref_w = np.exp(s - s.max(-1, keepdims=True))
     ref_w /= ref_w.sum(-1, keepdims=True)
     assert np.isfinite(out).all()
-    np.testing.assert_allclose(out, ref_w @ v, atol=2e-4, rtol=0)  # float32 scores of ~150
+    out_tol, w_tol = attention_bound(q, k, v)  # float32 scores of ~150 against float64
+    assert_within(out, ref_w @ v, out_tol, "output")
     if need_weights:
-        np.testing.assert_allclose(w, ref_w, atol=2e-4, rtol=0)
+        assert_within(w, ref_w, w_tol, "weights")
 
 
 def test_bert_style_additive_mask_on_the_fast_path():
@@ -212,8 +226,21 @@ def test_bert_style_additive_mask_on_the_fast_path():
     bias = np.zeros((512, 512), np.float32)
     bias[:, 400:] = -1e9
     bias[7] = -1e9  # every key of row 7
-    out, w = assert_fast_path_equals_one_pass(q, k, v, bias=bias)
-    np.testing.assert_allclose(w[..., 7, :], 1 / 512, rtol=1e-5)
+    # In float32 s - 1e9 rounds to -1e9 (|s| < 32, half a unit in the last place of 1e9): both
+    # sides exponentiate the same rounded scores, on which the -1e9 keys weigh 0 as blocked ones
+    # and row 7 has equal scores, as with a query of zeros: the bound of that computation
+    assert np.abs(q @ k.swapaxes(-1, -2)).max() / 4 < 32  # |s| < 32 (d_k = 16)
+    blocked = np.where(bias == 0, 0.0, -np.inf).astype(np.float32)
+    blocked[7] = 0.0
+    bound_q = q.copy()
+    bound_q[..., 7, :] = 0.0
+    out, w = assert_fast_path_equals_one_pass(q, k, v, bias=bias, as_if=(bound_q, blocked))
+    # row 7: 512 equal scores (s - 1e9 rounds to -1e9), so weights e_j / sum_l e_l with e_j =
+    # exp(0) within FUNCTION_ROUNDINGS (in the numerator and in the sum), the sum of 512 terms
+    # and the division: a relative error of at most gamma(2 FUNCTION_ROUNDINGS + 513)
+    row = w[..., 7, :]
+    tol = rounding_tol(np.float32, 2 * FUNCTION_ROUNDINGS + 513, 1 / 512)
+    assert_within(row, np.full(row.shape, 1 / 512), tol, "row 7")
     assert np.all(w[..., :7, 400:] == 0) and np.all(w[..., 8:, 400:] == 0)
 
 
@@ -250,10 +277,10 @@ def test_sdpa_fast_path_matches_torch(torch, dtype, need_weights):
     ref = torch.nn.functional.scaled_dot_product_attention(
         to_torch(q), to_torch(k), to_torch(v), attn_mask=to_torch(mask)
     )
-    assert_close_to_torch(
+    assert_within(
         out,
         ref.numpy(),
+        torch_sdpa_tol(q, k, v, mask=mask)[0],
         f"sdpa output, fast path, need_weights={need_weights}",
-        atol=TORCH_FORWARD_TOL[dtype],
     )
     assert (w is None) == (not need_weights)

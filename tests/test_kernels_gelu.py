@@ -16,22 +16,31 @@ from transformer_np import functional
 from transformer_np._kernels import gelu as kgelu
 from transformer_np._kernels.softmax import softmax_inplace
 
-_math_erf = np.vectorize(math.erf, otypes=[np.float64])
-_math_erfc = np.vectorize(math.erfc, otypes=[np.float64])
+from helpers import FUNCTION_ROUNDINGS as FR
+from helpers import assert_within, rounding_tol, unit_roundoff
+from rounding import (
+    ERF64_ERROR,
+    TAIL32_FIT_ERROR,
+    backward32_slope_tol,
+    formula_gelu_tol,
+    formula_slope_tol,
+    gaussian_tail,
+    gelu_derivative,
+    gelu_formula,
+    kernel_gelu_tol,
+    kernel_slope_tol,
+    kernel_tail_tol,
+    math_erf,
+    math_erfc,
+)
 
-
-def _gelu_formula(x):
-    """The plain exact GELU, 0.5 x (1 + erf(x / sqrt 2)), in float64 with math.erf."""
-    x = np.asarray(x, np.float64)
-    return 0.5 * x * (1.0 + _math_erf(x / math.sqrt(2.0)))
-
-
-def _gelu_derivative(h):
-    """GELU'(h) = Phi(h) + h phi(h), in float64 with math.erf."""
-    h = np.asarray(h, np.float64)
-    cdf = 0.5 * (1.0 + _math_erf(h / math.sqrt(2.0)))
-    pdf = np.exp(-0.5 * h * h) / math.sqrt(2.0 * math.pi)
-    return cdf + h * pdf
+# ============================================================================================
+# tolerances (the rounding bounds of the kernels and of the plain formulas)
+# ============================================================================================
+#
+# Each comparison below allows the worst-case rounding of both computations (helpers.py,
+# "tolerances: from the arithmetic"): u = unit_roundoff(dtype), FR roundings per exp or erf, and
+# the exponent's argument: exp(-a^2 / 2) with a^2 rounded is off by a relative u a^2 / 2.
 
 
 # ============================================================================================
@@ -42,34 +51,34 @@ def _gelu_derivative(h):
 def test_erf64_matches_math_erf_to_a_few_ulp():
     special = [0.0, -0.0, 1e-300, -1e-10, 0.999999, 1.0, 1.000001, -1.0, 8.0, -8.0, 11.0, 27.0]
     x = np.concatenate([np.linspace(-7, 7, 20001), special])
-    mine, ref = kgelu.erf64(x), _math_erf(x)
+    mine, ref = kgelu.erf64(x), math_erf(x)
     assert mine.dtype == np.float64 and mine.shape == x.shape
     rel = np.abs(mine - ref) / np.maximum(np.abs(ref), 1e-300)
     print("max rel err", rel.max(), "at", x[rel.argmax()])
-    assert rel.max() <= 1e-15
+    assert rel.max() <= ERF64_ERROR
 
 
 def test_erf64_saturates_far_out_and_at_infinity():
     x = np.array([-np.inf, -40.0, -6.0, 6.0, 40.0, np.inf])
-    np.testing.assert_array_equal(kgelu.erf64(x), _math_erf(x))
+    np.testing.assert_array_equal(kgelu.erf64(x), math_erf(x))
     np.testing.assert_array_equal(kgelu.erf64(x[[0, 1, 4, 5]]), [-1.0, -1.0, 1.0, 1.0])
 
 
 def test_erf64_keeps_the_shape_of_its_input():
     x = np.linspace(-3, 3, 24).reshape(2, 3, 4)
-    np.testing.assert_allclose(kgelu.erf64(x), _math_erf(x), rtol=1e-15, atol=1e-300)
+    np.testing.assert_allclose(kgelu.erf64(x), math_erf(x), rtol=ERF64_ERROR, atol=1e-300)
 
 
 def test_float32_tail_fit_has_the_accuracy_its_docstring_states():
     # R(a) = exp(a^2 / 2) Q(a), Q(a) = erfc(a / sqrt 2) / 2, in float64 with math.erfc (within
     # 2e-14 of mpmath up to a = 10), against N(a) / D(a) with the coefficients as stored
     a = np.linspace(0.0, float(kgelu.TAIL32_MAX), 20001)
-    ref = 0.5 * _math_erfc(a / math.sqrt(2.0)) * np.exp(0.5 * a * a)
+    ref = 0.5 * math_erfc(a / math.sqrt(2.0)) * np.exp(0.5 * a * a)
     n = np.array(kgelu.TAIL32_N, np.float64)[::-1]  # highest degree first, for np.polyval
     d = np.array((*kgelu.TAIL32_D, 1.0), np.float64)[::-1]
     rel = np.abs(np.polyval(n, a) / np.polyval(d, a) / ref - 1.0)
     print(f"max rel err {rel.max():.2e} at a = {a[rel.argmax()]:.4f}")
-    assert rel.max() <= 3.5e-8  # 3.2e-8: the float32 rounding of the coefficients
+    assert rel.max() <= TAIL32_FIT_ERROR  # 3.2e-8: the float32 rounding of the coefficients
 
 
 # ============================================================================================
@@ -88,17 +97,18 @@ def _inputs(n, dtype):
 
 
 def _assert_equals_formula(y, x):
-    ref = _gelu_formula(x)  # at the (float32) inputs, in float64
+    ref = gelu_formula(x)  # at the (float32) inputs, in float64
     err = np.abs(y.astype(np.float64) - ref)
     if x.dtype == np.float32:
-        # within one float32 spacing of the result (or of 1.2e-7 near zero)
+        # the stated accuracy: within one float32 spacing of the result (or of 1.2e-7 near zero)
         tol = np.maximum(np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64), 1.2e-7)
     else:
-        # the formula's own rounding (1 + erf cancels for x < 0): a few 1e-16 times |x|
-        tol = 1e-15 * np.maximum(1.0, np.abs(x))
+        tol = kernel_gelu_tol(x, np.float64)
+    # and the formula's own rounding (in float64; 1 + erf cancels for x < 0)
+    tol = tol + formula_gelu_tol(x, np.float64)
     worst = np.argmax(err / tol)
     print(f"max abs err {err.max():.2e}; worst at x = {x[worst]!r}: {y[worst]!r} vs {ref[worst]!r}")
-    assert np.all(err <= tol)
+    assert_within(y, ref, tol, f"gelu - formula ({x.dtype})")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -178,12 +188,19 @@ def test_gelu_backward_equals_the_derivative_formula(dtype):
     grad = rng.standard_normal(h.shape).astype(dtype)
     dh = kgelu.gelu_backward(h, kgelu.gelu(h), grad)
     assert dh.dtype == dtype and dh.shape == h.shape
-    ref = grad.astype(np.float64) * _gelu_derivative(h)
+    ref = grad.astype(np.float64) * gelu_derivative(h)
     err = np.abs(dh - ref)
     print("max abs err", err.max())
-    # GELU' is in [-0.17, 1.13]: float32 a few roundings of ~1, float64 a few 1e-16
-    atol = 5e-7 if dtype == np.float32 else 1e-15
-    assert np.all(err <= atol * np.maximum(1.0, np.abs(grad)))
+    g = np.abs(grad.astype(np.float64))
+    if dtype == np.float32:
+        slope_tol = backward32_slope_tol(h)
+    else:  # erf64, then the same steps as the formula
+        erf_tol = ERF64_ERROR * np.abs(math_erf(h / math.sqrt(2.0)))
+        slope_tol = formula_slope_tol(h, dtype, erf_tol)
+    # both slopes' errors times |grad|, and both products with grad (1 rounding each)
+    tol = g * (slope_tol + formula_slope_tol(h, np.float64))
+    tol += rounding_tol(dtype, 1, np.abs(ref)) + rounding_tol(np.float64, 1, np.abs(ref))
+    assert_within(dh, ref, tol, f"gelu_backward - grad * GELU' ({np.dtype(dtype)})")
 
 
 def test_gelu_backward_at_zero_is_half_the_gradient():
@@ -201,7 +218,23 @@ def test_gelu_backward_matches_a_finite_difference_of_the_forward():
     dh = kgelu.gelu_backward(h, kgelu.gelu(h), grad)
     err = np.abs(dh - numeric).max()
     print("max abs err", err)
-    assert err <= 1e-9
+    # The central difference is off by step^2 / 6 max|GELU'''| (GELU''' = x phi(x) (x^2 - 4)),
+    # and by its round-off: the two GELU values (kernel_gelu_tol each) and the rounding of
+    # h +- step (u |h +- step| times GELU' near h) over 2 step, then the subtraction and the
+    # division (2); gelu_backward is off by its slope's error (erf64 and the formula's steps);
+    # both products with grad (2).
+    u = unit_roundoff(np.float64)
+    fine = np.linspace(-10, 10, 200_001)
+    third = np.abs(fine * np.exp(-0.5 * fine**2) / math.sqrt(2 * math.pi) * (fine**2 - 4)).max()
+    slope = np.abs(gelu_derivative(h)) + step * math.sqrt(2 / math.pi)  # max|GELU''| = 2 phi(0)
+    ends = np.abs(h) + step
+    round_off = kernel_gelu_tol(h + step, np.float64) + kernel_gelu_tol(h - step, np.float64)
+    round_off = (round_off + 2 * u * ends * slope) / (2 * step) + rounding_tol(np.float64, 2, slope)
+    erf_tol = ERF64_ERROR * np.abs(math_erf(h / math.sqrt(2.0)))
+    ours = formula_slope_tol(h, np.float64, erf_tol)
+    g = np.abs(grad)
+    tol = g * (step**2 / 6 * third + round_off + ours) + rounding_tol(np.float64, 2, g * slope)
+    assert_within(dh, numeric, tol, "gelu_backward - central difference")
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -215,19 +248,34 @@ def test_gelu_with_slope_equals_gelu_and_the_derivative_formula(monkeypatch, dty
         assert slope.dtype == dtype and slope.shape == x.shape
         # the output is the same array gelu gives without the slope
         np.testing.assert_array_equal(y, kgelu.gelu(x))
-        ref = _gelu_derivative(x)
+        ref = gelu_derivative(x)
         err = np.abs(slope - ref)
         print(threads, "max abs err", err.max(), "at", x[err.argmax()])
-        # GELU' is in [-0.17, 1.13]: float32 a few roundings of ~1, float64 a few 1e-16
-        assert err.max() <= (2.5e-7 if dtype == np.float32 else 1e-15)
+        tol = kernel_slope_tol(x, dtype) + formula_slope_tol(x, np.float64)
+        assert_within(slope, ref, tol, f"GELU' - formula ({np.dtype(dtype)})")
         # the slope gives the gradient gelu_backward gives (from the forward's output)
         grad = np.linspace(-2, 2, n).astype(dtype)
-        np.testing.assert_allclose(
-            grad * slope,
-            kgelu.gelu_backward(x, y, grad),
-            rtol=0,
-            atol=5e-7 if dtype == np.float32 else 1e-15,
-        )
+        mine, theirs = grad * slope, kgelu.gelu_backward(x, y, grad)
+        g = np.abs(grad.astype(np.float64))
+        if dtype == np.float32:
+            # both read Phi off the same tail Q of the kernel (but at x = 0, where gelu_backward
+            # takes 1/2): 1 - 2 Q + Q against (x - x Q) / x, 1 rounding each of |1 - 2 Q|,
+            # Phi, Q, Phi, Phi; x phi(x) from the same exp argument: FR + 2 each
+            q = gaussian_tail(np.abs(x))
+            phi_cdf = np.where(x < 0, q, 1 - q)
+            x_pdf = np.abs(x) * np.exp(-0.5 * x.astype(np.float64) ** 2) / math.sqrt(2 * math.pi)
+            slopes_tol = (
+                rounding_tol(dtype, 1, np.where(x >= 0, np.abs(1 - 2 * q), 0) + q + 3 * phi_cdf)
+                + rounding_tol(dtype, 2 * (FR + 2), x_pdf)
+                + rounding_tol(dtype, 2, np.abs(ref))  # the two sums
+                + np.where(x == 0, kernel_tail_tol(0.0, dtype), 0.0)
+            )
+        else:  # the kernel's tail against erf64 and the formula's steps
+            erf_tol = ERF64_ERROR * np.abs(math_erf(x / math.sqrt(2.0)))
+            slopes_tol = kernel_slope_tol(x, dtype) + formula_slope_tol(x, dtype, erf_tol)
+        # and the two products with grad; below the normal range, rounding is absolute
+        tol = g * slopes_tol + rounding_tol(dtype, 2, np.abs(g * ref)) + np.finfo(dtype).tiny
+        assert_within(mine, theirs, tol, "grad * slope - gelu_backward")
 
 
 def test_gelu_slope_at_zero_is_one_half_and_saturates_far_out():
@@ -261,7 +309,16 @@ def test_softmax_inplace_equals_softmax_for_every_switch(dtype, axis, shift, nor
     s = x.copy()
     row_max = np.max(s, axis=axis, keepdims=True) if give_max else None
     total = softmax_inplace(s, axis, row_max, shift=shift, normalise=normalise)
-    rtol, atol = (2e-6, 1e-7) if dtype == np.float32 else (1e-14, 1e-16)
+    # Each exponential: FR roundings, plus u |x - max| from the shift's rounding when there is
+    # one (made relative by exp); a sum of n of them adds n; each weight, an exponential over
+    # the sum, is off by both and the division. Per slice: the largest |x - max|.
+    n = x.shape[axis]
+    x64 = x.astype(np.float64)
+    top = np.max(x64, axis=axis, keepdims=True)
+    top = np.where(np.isneginf(top), 0.0, top)  # the all -inf slice
+    spread = np.max(top - np.where(np.isneginf(x64), top, x64), axis=axis, keepdims=True)
+    sum_rtol = rounding_tol(dtype, FR + n) + rounding_tol(dtype, 1, spread if shift else 0.0)
+    weights_rtol = 2 * rounding_tol(dtype, 2 * FR + n + 1) + 2 * rounding_tol(dtype, 2, spread)
 
     # the sums of the slices: of exp(x - max) with the max subtracted, of exp(x) without; 1 for
     # the all -inf slice
@@ -271,12 +328,15 @@ def test_softmax_inplace_equals_softmax_for_every_switch(dtype, axis, shift, nor
     expected_total = np.sum(np.exp(x64 - m), axis=axis, keepdims=True)
     expected_total[expected_total == 0] = 1
     assert total.dtype == dtype and total.shape == expected_total.shape
-    np.testing.assert_allclose(total, expected_total, rtol=rtol)
+    # the float64 sum has the same steps, in float64
+    sum_rtol = sum_rtol + rounding_tol(np.float64, FR + n) + rounding_tol(np.float64, 1, spread)
+    assert_within(total, expected_total, sum_rtol * expected_total, "sums")
 
     # the weights: in s, or s / total when the kernel left the division to the caller
     weights = s if normalise else s / total
     assert s.dtype == dtype
-    np.testing.assert_allclose(weights, functional.softmax(x, axis=axis), rtol=rtol, atol=atol)
+    reference = functional.softmax(x, axis=axis)
+    assert_within(weights, reference, weights_rtol * reference, "softmax_inplace - softmax")
     blocked = np.all(np.isneginf(x), axis=axis, keepdims=True)
     assert np.all(np.where(np.broadcast_to(blocked, x.shape), weights, 0) == 0)
     assert np.all(weights[np.isneginf(x)] == 0)

@@ -14,17 +14,17 @@ import pytest
 from transformer_np import Dropout, LayerNorm, Linear, layer_norm
 
 from helpers import (
-    TORCH_FORWARD_TOL,
-    TORCH_GRAD_TOL,
-    assert_close_to_torch,
+    assert_within,
     gradcheck_layer,
     load_layer_norm,
     load_linear,
     randomise_biases,
+    rounding_tol,
     to_torch,
     to_torch64,
     torch_dtype,
 )
+from rounding import exact, layer_norm_rounded, linear_rounded
 
 # ============================================================================================
 # values
@@ -39,7 +39,8 @@ def test_linear_is_x_at_w_plus_b_on_the_last_axis():
     x = rng.standard_normal((2, 5, 4))
     y = lin(x)
     assert y.shape == (2, 5, 3)
-    np.testing.assert_allclose(y, x @ lin.params["W"] + lin.params["b"], rtol=1e-14)
+    ref, _ = linear_rounded(exact(x), lin.params["W"], lin.params["b"])
+    assert_within(y, x @ lin.params["W"] + lin.params["b"], ref.tol(np.float64, sides=2), "Linear")
 
 
 def test_linear_init_is_torch_default_uniform():
@@ -54,7 +55,8 @@ def test_linear_without_bias():
     lin = Linear(3, 2, bias=False, rng=np.random.default_rng(0))
     assert list(lin.params) == ["W"]
     x = np.ones((4, 3))
-    np.testing.assert_allclose(lin(x), x @ lin.params["W"])
+    ref, _ = linear_rounded(exact(x), lin.params["W"])
+    assert_within(lin(x), x @ lin.params["W"], ref.tol(np.float64, sides=2), "Linear, no bias")
 
 
 @pytest.mark.parametrize("param_dtype", [np.float32, np.float64])
@@ -92,7 +94,11 @@ def test_layernorm_eps_is_used():
     small = LayerNorm(2, eps=1e-12)(x)
     large = LayerNorm(2, eps=1e-5)(x)
     np.testing.assert_allclose(np.abs(small), 1.0, atol=1e-5)  # normalised to +-1
-    np.testing.assert_allclose(np.abs(large), 0.5e-3 / np.sqrt(2.5e-7 + 1e-5), rtol=1e-12)
+    formula = 0.5e-3 / np.sqrt(2.5e-7 + 1e-5)
+    y, _ = layer_norm_rounded(exact(x), np.ones(2), np.zeros(2), 1e-5)
+    # the formula: its three decimal constants, the sum, sqrt and the division
+    tol = y.tol(np.float64) + rounding_tol(np.float64, 6, formula)
+    assert_within(np.abs(large), np.full((1, 2), formula), tol, "LayerNorm(eps=1e-5)")
 
 
 def test_layernorm_cache_holds_normalised_input_and_rstd():
@@ -100,8 +106,11 @@ def test_layernorm_cache_holds_normalised_input_and_rstd():
     ln = LayerNorm(8)
     ln(x)
     mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-    np.testing.assert_allclose(ln.cache["rstd"], 1 / np.sqrt(var + 1e-5), rtol=1e-14)
-    np.testing.assert_allclose(ln.cache["x_hat"], (x - mu) / np.sqrt(var + 1e-5), rtol=1e-13)
+    y, _ = layer_norm_rounded(exact(x), np.ones(8), np.zeros(8), 1e-5)
+    # the same roundings on both sides (NumPy's var: the mean, x - mu, the mean of squares)
+    rstd, x_hat = y.rstd.tol(np.float64, sides=2), y.x_hat.tol(np.float64, sides=2)
+    assert_within(ln.cache["rstd"], 1 / np.sqrt(var + 1e-5), rstd, "rstd")
+    assert_within(ln.cache["x_hat"], (x - mu) / np.sqrt(var + 1e-5), x_hat, "x_hat")
 
 
 def test_layernorm_float32_in_float32_out():
@@ -206,7 +215,8 @@ def test_dropout_backward_uses_the_forward_mask(rng):
 
     gradcheck_layer(forward, drop.backward, drop, [x], rng)
     y = forward(x)
-    assert np.all((y == 0) | np.isclose(y, x / 0.6))
+    # x times 1/0.6 rounded, against x / 0.6: three roundings
+    assert np.all((y == 0) | (np.abs(y - x / 0.6) <= rounding_tol(np.float64, 3, np.abs(x) / 0.6)))
 
 
 # ============================================================================================
@@ -226,7 +236,8 @@ def test_layer_norm_matches_torch_layernorm(torch, dtype, eps):
     load_layer_norm(ref_ln, ln)
     with torch.no_grad():
         ref = ref_ln(to_torch(x)).numpy()
-    assert_close_to_torch(ln(x), ref, "LayerNorm", atol=TORCH_FORWARD_TOL[dtype])
+    y, _ = layer_norm_rounded(exact(x), ln.params["gamma"], ln.params["beta"], eps)
+    assert_within(ln(x), ref, y.tol(dtype, sides=2), f"LayerNorm ({np.dtype(dtype).name})")
 
 
 def test_linear_and_layer_norm_grads_match_torch(torch, rng):
@@ -239,18 +250,26 @@ def test_linear_and_layer_norm_grads_match_torch(torch, rng):
     randomise_biases(ln.params, rng)
     tln = torch.nn.LayerNorm(6, dtype=torch.float64)
     load_layer_norm(tln, ln)
+    counts = {
+        lin: linear_rounded(exact(x), lin.params["W"], lin.params["b"])[1],
+        ln: layer_norm_rounded(exact(x), ln.params["gamma"], ln.params["beta"], ln.eps)[1],
+    }
     for mine, theirs, names in ((lin, tl, ("W", "b")), (ln, tln, ("gamma", "beta"))):
         name = type(mine).__name__
         xt = to_torch64(x, True)
         (theirs(xt) * to_torch64(G)).sum().backward()
         mine(x)
-        assert_close_to_torch(mine.backward(G), xt.grad, f"{name} dx", atol=TORCH_GRAD_TOL)
-        assert_close_to_torch(
+        dx, grads = counts[mine](exact(G))
+        assert_within(mine.backward(G), xt.grad, dx.tol(np.float64, sides=2), f"{name} dx")
+        assert_within(
             mine.grads[names[0]],
             theirs.weight.grad.numpy().T if names[0] == "W" else theirs.weight.grad,
+            grads[names[0]].tol(np.float64, sides=2),
             f"{name}.{names[0]}",
-            atol=TORCH_GRAD_TOL,
         )
-        assert_close_to_torch(
-            mine.grads[names[1]], theirs.bias.grad, f"{name}.{names[1]}", atol=TORCH_GRAD_TOL
+        assert_within(
+            mine.grads[names[1]],
+            theirs.bias.grad,
+            grads[names[1]].tol(np.float64, sides=2),
+            f"{name}.{names[1]}",
         )

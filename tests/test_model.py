@@ -24,9 +24,8 @@ from transformer_np import (
 from transformer_np.losses import cross_entropy
 
 from helpers import (
-    TORCH_GRAD_TOL,
-    assert_close_to_torch,
     assert_parameters_unchanged,
+    assert_within,
     gradcheck_model,
     load_decoder_layer,
     load_encoder_layer,
@@ -38,6 +37,13 @@ from helpers import (
     to_torch64,
     torch_decoder_layer_grads,
     torch_encoder_layer_grads,
+)
+from rounding import (
+    cross_entropy_rounded,
+    exact,
+    language_model_rounded,
+    tied_output_rounded,
+    transformer_rounded,
 )
 
 # ============================================================================================
@@ -74,18 +80,20 @@ def test_language_model_is_causal():
 def test_decoder_cannot_see_future_target_tokens():
     model = small_transformer()
     src = np.array([[3, 4, 5, 6]])
-    a = model(src, np.array([[1, 5, 6, 7]]))
-    b = model(src, np.array([[1, 5, 9, 10]]))
-    np.testing.assert_allclose(a[:, :2], b[:, :2], atol=1e-6)
+    tgt_a, tgt_b = np.array([[1, 5, 6, 7]]), np.array([[1, 5, 9, 10]])
+    a, b = model(src, tgt_a), model(src, tgt_b)
+    tol = sum(transformer_rounded(model, src, t)[0].tol(np.float32) for t in (tgt_a, tgt_b))
+    assert_within(a[:, :2], b[:, :2], tol[:, :2], "the first two positions")
 
 
 def test_source_padding_changes_nothing():
     """Extra padding at the end of the source is masked out everywhere."""
     model = small_transformer()
     tgt = np.array([[1, 5, 6]])
-    a = model(np.array([[3, 4, 5]]), tgt)
-    b = model(np.array([[3, 4, 5, 0, 0, 0]]), tgt)
-    np.testing.assert_allclose(a, b, atol=1e-5)
+    src_a, src_b = np.array([[3, 4, 5]]), np.array([[3, 4, 5, 0, 0, 0]])
+    a, b = model(src_a, tgt), model(src_b, tgt)
+    tol = sum(transformer_rounded(model, s, tgt)[0].tol(np.float32) for s in (src_a, src_b))
+    assert_within(a, b, tol, "with and without padding")
 
 
 def test_positional_encoding_makes_order_matter():
@@ -105,7 +113,8 @@ def test_dropout_only_in_training_mode():
     c = model(x)
     assert not np.allclose(a, c)
     reference = small_language_model(dropout=0.0)  # same seed, same weights
-    np.testing.assert_allclose(a, reference(x), atol=1e-6)
+    tol = language_model_rounded(reference, x)[0].tol(np.float32, sides=2)
+    assert_within(a, reference(x), tol, "evaluation mode vs no dropout")
 
 
 def test_tied_embeddings_share_the_matrix():
@@ -114,8 +123,9 @@ def test_tied_embeddings_share_the_matrix():
     x = np.array([[1, 2, 3]])
     logits = model(x)
     h = model.out.cache["h"].reshape(1, 3, 16)
-    W = model.parameters()["embed.W"]
-    np.testing.assert_allclose(logits, h @ W.T + model.parameters()["out.b"], atol=1e-5)
+    W, b = model.parameters()["embed.W"], model.parameters()["out.b"]
+    tol = tied_output_rounded(model.embed, b, exact(h))[0].tol(np.float32, sides=2)
+    assert_within(logits, h @ W.T + b, tol, "tied output")
     untied = small_language_model(tie_embeddings=False)
     assert "out.W" in untied.parameters()
     assert untied.num_parameters() == model.num_parameters() + 16 * 10
@@ -130,7 +140,8 @@ def test_cached_step_logits_equal_full_forward_logits():
     cache = [KVCache(8) for _ in model.blocks.layers]
     prefill = model.forward(x[:, :3], kv_cache=cache)  # the prompt in one chunk
     steps = [model.forward(x[:, t : t + 1], kv_cache=cache) for t in range(3, 8)]  # one by one
-    np.testing.assert_allclose(np.concatenate([prefill] + steps, axis=1), full, atol=1e-12)
+    tol = language_model_rounded(model, x)[0].tol(np.float64, sides=2)
+    assert_within(np.concatenate([prefill] + steps, axis=1), full, tol, "cached vs full")
 
 
 # ============================================================================================
@@ -423,12 +434,15 @@ def test_transformer_loss_and_gradients_match_torch(torch, rng, norm_first, tie)
         label_smoothing=0.1,
     )
     tloss.backward()
-    assert_close_to_torch(logits, tlogits, "logits", atol=TORCH_GRAD_TOL)
-    assert abs(loss - tloss.item()) <= TORCH_GRAD_TOL
+    logits_r, back = transformer_rounded(model, src, tgt_in)
+    loss_r, g_r = cross_entropy_rounded(logits_r, tgt_out, ignore_index=0, label_smoothing=0.1)
+    tols = {name: t.tol(np.float64, sides=2) for name, t in back(g_r).items()}
+    assert_within(logits, tlogits.detach(), logits_r.tol(np.float64, sides=2), "logits")
+    assert abs(loss - tloss.item()) <= loss_r.tol(np.float64, sides=2)
     grads = model.gradients()
 
     def assert_gradient_matches_torch(name, torch_grad, what=None):
-        assert_close_to_torch(grads[name], torch_grad, what or name, atol=TORCH_GRAD_TOL)
+        assert_within(grads[name], torch_grad, tols[name], what or name)
 
     assert_gradient_matches_torch("src_embed.W", tm.src_embed.weight.grad)
     assert_gradient_matches_torch(
@@ -481,14 +495,17 @@ def test_language_model_loss_and_gradients_match_torch(torch, rng):
     tloss.backward()
     loss, g = cross_entropy(model(x), y)
     model.backward(g)
-    assert abs(loss - tloss.item()) <= TORCH_GRAD_TOL
+    logits_r, back = language_model_rounded(model, x)
+    loss_r, g_r = cross_entropy_rounded(logits_r, y)
+    tol = {name: t.tol(np.float64, sides=2) for name, t in back(g_r).items()}
+    assert abs(loss - tloss.item()) <= loss_r.tol(np.float64, sides=2)
     grads = model.gradients()
-    tol = TORCH_GRAD_TOL
-    assert_close_to_torch(grads["embed.W"], emb.weight.grad, "embed.W (tied)", atol=tol)
-    assert_close_to_torch(grads["out.b"], bias.grad, "out.b", atol=tol)
-    assert_close_to_torch(
-        grads["blocks.norm.gamma"], norm.weight.grad, "blocks.norm.gamma", atol=tol
+    assert_within(grads["embed.W"], emb.weight.grad, tol["embed.W"], "embed.W (tied)")
+    assert_within(grads["out.b"], bias.grad, tol["out.b"], "out.b")
+    assert_within(
+        grads["blocks.norm.gamma"], norm.weight.grad, tol["blocks.norm.gamma"], "blocks.norm.gamma"
     )
     for i, tl in enumerate(layers):
         for k, v in torch_encoder_layer_grads(tl).items():
-            assert_close_to_torch(grads[f"blocks.{i}.{k}"], v, f"blocks.{i}.{k}", atol=tol)
+            name = f"blocks.{i}.{k}"
+            assert_within(grads[name], v, tol[name], name)

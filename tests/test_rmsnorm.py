@@ -9,7 +9,17 @@ import pytest
 
 from transformer_np import RMSNorm
 
-from helpers import hf_llama_in_input_dtype, to_torch
+from helpers import FUNCTION_ROUNDINGS as FR
+from helpers import assert_within, hf_llama_in_input_dtype, rounding_tol, to_torch
+
+
+def rstd_rtol(d, dtype, rsqrt_roundings=2):
+    """The relative rounding bound of 1 / sqrt(mean(x^2) + eps) over rows of d features in
+    ``dtype``: the mean of squares has no cancellation (the square, a sum of d, the division:
+    d + 2 roundings, relative), + eps 1 more, the square root halves them and adds 1, the
+    reciprocal 1 (``rsqrt_roundings``: sqrt and reciprocal; FR for a rsqrt function)."""
+    return rounding_tol(dtype, (d + 3) / 2 + rsqrt_roundings)
+
 
 # ============================================================================================
 # values
@@ -19,15 +29,32 @@ from helpers import hf_llama_in_input_dtype, to_torch
 def test_output_has_unit_root_mean_square(rng):
     x = rng.standard_normal((3, 5, 16)) * 7 + 2
     y = RMSNorm(16, eps=1e-12)(x)
-    np.testing.assert_allclose(np.sqrt((y**2).mean(axis=-1)), 1.0, rtol=1e-12)
+    ms = (x**2).mean(axis=-1)
+    exact = np.sqrt(ms / (ms + 1e-12))  # 1 - eps / (2 ms): 1 up to 1e-14
+    # y = gamma (x r) (r's error, 2 roundings), its root mean square (half of d + 2, then 1),
+    # and the reference's (half of d + 3, 2)
+    rtol = rstd_rtol(16, y.dtype) + rounding_tol(y.dtype, 2 + (16 + 2) / 2 + 1)
+    rtol += rounding_tol(np.float64, (16 + 3) / 2 + 2)
+    assert_within(np.sqrt((y**2).mean(axis=-1)), exact, rtol * exact, "root mean square")
 
 
 def test_scaling_the_input_changes_nothing_but_the_mean_is_kept(rng):
     norm = RMSNorm(8, eps=1e-12)
     norm.params["gamma"] = rng.standard_normal(8)
     x = rng.standard_normal((4, 8)) + 3.0
-    np.testing.assert_allclose(norm(5.0 * x), norm(x), rtol=1e-12)
-    assert abs(norm(np.ones((1, 8)) * 2).sum() - norm.params["gamma"].sum()) < 1e-9
+    # exactly, norm(5 x) = norm(x) sqrt((ms + eps) / (ms + eps / 25)), 1 + 5e-14 here; each
+    # side: r (rstd_rtol) and 2 roundings of y; 5 x rounds once; the factor 6 in float64
+    ms = (x**2).mean(axis=-1, keepdims=True)
+    ref = norm(x) * np.sqrt((ms + 1e-12) / (ms + 1e-12 / 25))
+    rtol = 2 * (rstd_rtol(8, x.dtype) + rounding_tol(x.dtype, 2)) + rounding_tol(x.dtype, 1)
+    rtol += rounding_tol(np.float64, 6)
+    assert_within(norm(5.0 * x), ref, rtol * np.abs(ref), "norm(5 x) - norm(x)")
+    # rows of 2: exactly gamma 2 / sqrt(4 + eps); y's roundings (r's, 2) and both sums of 8
+    g = np.abs(norm.params["gamma"])
+    tol = rounding_tol(x.dtype, 2, g.sum()) + rstd_rtol(8, x.dtype) * g.sum()
+    tol += rounding_tol(x.dtype, 8, g.sum()) + rounding_tol(np.float64, 8 + 3, g.sum())
+    expected = norm.params["gamma"].sum() * 2 / np.sqrt(4 + 1e-12)
+    assert abs(norm(np.ones((1, 8)) * 2).sum() - expected) <= tol
     assert np.abs((RMSNorm(8)(x)).mean(axis=-1)).min() > 0.5  # not centred, unlike LayerNorm
 
 
@@ -62,8 +89,8 @@ def test_eps_must_be_positive(eps):
 # ============================================================================================
 
 
-@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-13), (np.float32, 2e-6)])
-def test_matches_llama_rmsnorm(torch, rng, dtype, tol, monkeypatch):
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_matches_llama_rmsnorm(torch, rng, dtype, monkeypatch):
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
     hf_llama_in_input_dtype(monkeypatch)  # it would compute a float64 input in float32
@@ -75,4 +102,7 @@ def test_matches_llama_rmsnorm(torch, rng, dtype, tol, monkeypatch):
         ref.weight.copy_(to_torch(norm.params["gamma"]))
     x = (rng.standard_normal((2, 9, 32)) * 3).astype(dtype)
     expected = ref(to_torch(x)).detach().numpy()
-    np.testing.assert_allclose(norm(x), expected, rtol=0, atol=tol)
+    # y = gamma (x r): r's error (ours 1 / sqrt, torch's rsqrt: FR) and 2 roundings, each side
+    rtol = rstd_rtol(32, dtype) + rstd_rtol(32, dtype, rsqrt_roundings=FR)
+    rtol += rounding_tol(dtype, 4)
+    assert_within(norm(x), expected, rtol * np.abs(expected), "RMSNorm - LlamaRMSNorm")

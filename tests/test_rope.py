@@ -11,7 +11,31 @@ import pytest
 from transformer_np import apply_rope, rope_angles, rope_frequencies, rotate_half
 from transformer_np.config import LlamaConfig
 
-from helpers import hf_llama_config, to_torch
+from helpers import FUNCTION_ROUNDINGS as FR
+from helpers import (
+    abs_product,
+    assert_within,
+    hf_llama_config,
+    rounding_tol,
+    to_torch,
+    unit_roundoff,
+)
+
+U64 = unit_roundoff(np.float64)
+
+
+def rotation_error(v, positions, omega):
+    """A bound on the error of apply_rope(v) at ``positions`` (float64), per entry of v (T, Dh):
+    the angle p omega_i rounds (u |p omega_i|, which cos and sin pass on times at most 1), cos
+    and sin round (FR each), the two products and the sum (2); pair i = (v_i, v_{i + Dh/2})
+    gets (|v_i| + |v_{i + Dh/2}|) times that on both of its entries. The error of omega itself
+    is left out: it is common to every position (the callers compare offsets)."""
+    half = v.shape[-1] // 2
+    pair = np.abs(v[..., :half]) + np.abs(v[..., half:])
+    angle = U64 * np.abs(np.asarray(positions, np.float64)[:, None] * omega[None, :])
+    per_pair = pair * (angle + rounding_tol(np.float64, FR + 2))
+    return np.concatenate([per_pair, per_pair], axis=-1)
+
 
 # ============================================================================================
 # values
@@ -20,7 +44,11 @@ from helpers import hf_llama_config, to_torch
 
 def test_frequencies_are_powers_of_the_base():
     omega = rope_frequencies(8, base=10000.0)
-    np.testing.assert_allclose(omega, [1.0, 10000**-0.25, 10000**-0.5, 10000**-0.75])
+    expected = np.array([1.0, 10000**-0.25, 10000**-0.5, 10000**-0.75])
+    # two powers (FR each); the exponent -2i / 8 rounds once: a relative u |e ln(base)|
+    exponent = np.arange(0, 8, 2) / 8
+    rtol = rounding_tol(np.float64, 2 * FR) + rounding_tol(np.float64, 1, exponent * np.log(1e4))
+    assert_within(omega, expected, rtol * expected, "frequencies")
 
 
 def test_rotation_keeps_the_norm_of_every_pair(rng):
@@ -28,7 +56,11 @@ def test_rotation_keeps_the_norm_of_every_pair(rng):
     cos, sin = rope_angles(np.arange(7), 16)
     y = apply_rope(x, cos, sin)
     pair_norm = lambda z: z[..., :8] ** 2 + z[..., 8:] ** 2  # noqa: E731
-    np.testing.assert_allclose(pair_norm(y), pair_norm(x), rtol=1e-13)
+    # Rounded angles are still rotations: only cos and sin (FR each) and the 2 roundings of each
+    # rotated entry count, E <= gamma(FR + 2) (|a| + |b|); the norm (a + E)^2 + (b + E)^2 is off
+    # by 2 (|a| + |b|) E <= 4 gamma(FR + 2) N; each side's squares and sum: 2 more
+    rtol = rounding_tol(x.dtype, 4 * (FR + 2) + 2 * 2)
+    assert_within(pair_norm(y), pair_norm(x), rtol * pair_norm(x), "pair norms")
 
 
 def test_position_zero_is_the_identity(rng):
@@ -49,9 +81,20 @@ def test_scores_depend_only_on_the_offset(rng):
     qr = apply_rope(np.broadcast_to(q, (200, 32)), cos, sin)  # q at every position m
     kr = apply_rope(np.broadcast_to(k, (200, 32)), cos, sin)  # k at every position n
     scores = qr @ kr.T  # (m, n)
+    # each score: its rotated vectors' errors times the other's entries, and its sum of 32
+    omega = rope_frequencies(32, base=100000.0)
+    eq, ek = rotation_error(qr, np.arange(200), omega), rotation_error(kr, np.arange(200), omega)
+    err = (
+        abs_product(eq, kr.T)
+        + abs_product(qr, ek.T)
+        + rounding_tol(np.float64, 32, abs_product(qr, kr.T))
+    )
     for offset in (0, 1, 5, 73):
         diagonal = np.diagonal(scores, offset=offset)  # every (m, m + offset)
-        np.testing.assert_allclose(diagonal, diagonal[0], rtol=1e-10, atol=1e-10)
+        tol = np.diagonal(err, offset=offset)
+        assert_within(
+            diagonal, np.full_like(diagonal, diagonal[0]), tol + tol[0], f"offset {offset}"
+        )
     assert not np.isclose(scores[0, 1], scores[0, 2])  # but it does change with the offset
 
 
@@ -95,9 +138,23 @@ def test_angles_match_transformers_in_float32(torch):
     cos_ref, sin_ref = rotary(torch.zeros(1, dtype=torch.float32), positions)
     cos, sin = rope_angles(np.arange(300), 64, base=cfg.rope_base)
     # transformers rounds the angles to float32 first: m * omega at m = 299 is ~300, where a
-    # float32 step is 3e-5, so its cos and sin are off by that much from the float64 ones
-    np.testing.assert_allclose(cos, cos_ref[0].double().numpy(), atol=5e-5)
-    np.testing.assert_allclose(sin, sin_ref[0].double().numpy(), atol=5e-5)
+    # float32 step is 3e-5, so its cos and sin are off by that much from the float64 ones. Its
+    # angle: its float32 frequencies (their difference from ours, exactly) times m, rounded
+    # (u32 |m omega|); then cos and sin in float32 (FR); ours, in float64, FR and the angle's 1.
+    omega = rope_frequencies(64, base=cfg.rope_base)
+    omega32 = rotary.inv_freq.double().numpy()
+    m = np.arange(300.0)[:, None]
+    d_angle = m * np.abs(omega32 - omega) + rounding_tol(np.float32, 1, m * omega32)
+    d_angle = np.concatenate([d_angle, d_angle], axis=-1)
+    angle = np.concatenate([m * omega, m * omega], axis=-1)
+
+    def angle_tol(value, slope):
+        # |f(a + d) - f(a)| <= d (|f'(a)| + d) for f = cos, sin (f' = -sin, cos)
+        tol = d_angle * (np.abs(slope) + d_angle) + rounding_tol(np.float32, FR, np.abs(value))
+        return tol + rounding_tol(np.float64, FR + 1, np.abs(value) + np.abs(angle))
+
+    assert_within(cos, cos_ref[0].double().numpy(), angle_tol(cos, sin), "cos - transformers")
+    assert_within(sin, sin_ref[0].double().numpy(), angle_tol(sin, cos), "sin - transformers")
 
 
 def test_rotation_matches_transformers_in_float64(torch, rng):
@@ -108,5 +165,10 @@ def test_rotation_matches_transformers_in_float64(torch, rng):
     q_ref, k_ref = apply_rotary_pos_emb(
         to_torch(q), to_torch(k), to_torch(cos)[None], to_torch(sin)[None]
     )
-    np.testing.assert_allclose(apply_rope(q, cos, sin), q_ref.numpy(), rtol=0, atol=1e-14)
-    np.testing.assert_allclose(apply_rope(k, cos, sin), k_ref.numpy(), rtol=0, atol=1e-14)
+
+    # the same x cos + rotate_half(x) sin: 2 roundings of |x cos| + |rotate_half(x) sin| each
+    def rope_tol(x):
+        return 2 * rounding_tol(x.dtype, 2, np.abs(x * cos) + np.abs(rotate_half(x) * sin))
+
+    assert_within(apply_rope(q, cos, sin), q_ref.numpy(), rope_tol(q), "queries - transformers")
+    assert_within(apply_rope(k, cos, sin), k_ref.numpy(), rope_tol(k), "keys - transformers")

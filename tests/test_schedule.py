@@ -9,6 +9,13 @@ import pytest
 
 from transformer_np import NoamSchedule, noam_lr
 
+from helpers import FUNCTION_ROUNDINGS as FR
+from helpers import rounding_tol
+
+# The relative rounding bound of one noam_lr: d^-0.5 and step^-0.5 or warmup^-1.5 (powers, FR
+# each), the warm-up branch's product with step (1), the products with factor and the min (2).
+NOAM_RTOL = rounding_tol(np.float64, 2 * FR + 3)
+
 # ============================================================================================
 # values
 # ============================================================================================
@@ -16,15 +23,24 @@ from transformer_np import NoamSchedule, noam_lr
 
 def test_noam_schedule_warms_up_linearly_then_decays_as_inverse_sqrt():
     d, w = 512, 4000
-    assert noam_lr(1, d, w) * 2 == pytest.approx(noam_lr(2, d, w))
+    # two computations (doubling is exact)
+    assert noam_lr(1, d, w) * 2 == pytest.approx(noam_lr(2, d, w), rel=2 * NOAM_RTOL, abs=0)
     peak = noam_lr(w, d, w)
-    assert peak == pytest.approx(1 / math.sqrt(d * w))
-    assert max(noam_lr(s, d, w) for s in range(1, 3 * w, 97)) <= peak * (1 + 1e-12)
-    assert noam_lr(4 * w, d, w) == pytest.approx(peak / 2)
+    # d w is exact; the square root and the division round
+    one_over = rounding_tol(np.float64, 2)
+    assert peak == pytest.approx(1 / math.sqrt(d * w), rel=NOAM_RTOL + one_over, abs=0)
+    # every exact value is at most the exact peak; each computed one within NOAM_RTOL of it
+    top = peak * (1 + NOAM_RTOL) / (1 - NOAM_RTOL)
+    assert max(noam_lr(s, d, w) for s in range(1, 3 * w, 97)) <= top
+    assert noam_lr(4 * w, d, w) == pytest.approx(peak / 2, rel=2 * NOAM_RTOL, abs=0)
 
 
 def test_noam_accepts_numpy_integers():
-    assert noam_lr(np.int64(4000), np.int64(512)) == pytest.approx(noam_lr(4000, 512))
+    # two computations (the same powers, once the NumPy integers are converted)
+    expected = noam_lr(4000, 512)
+    assert noam_lr(np.int64(4000), np.int64(512)) == pytest.approx(
+        expected, rel=2 * NOAM_RTOL, abs=0
+    )
 
 
 def test_noam_schedule_is_noam_lr_at_every_step():

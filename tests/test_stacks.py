@@ -18,7 +18,8 @@ from transformer_np import (
     padding_mask,
 )
 
-from helpers import gradcheck_layer
+from helpers import assert_within, gradcheck_layer
+from rounding import exact, stack_rounded
 
 
 def stack(cls, rng, *, norm_first, d_model=8, n_heads=2, d_ff=16, n_layers=2):
@@ -49,7 +50,8 @@ def test_encoder_runs_its_blocks_in_order_then_the_final_norm():
     x = rng.standard_normal((2, 5, 8))
     mask = padding_mask([5, 3])
     ref = encoder.norm(encoder.layers[1](encoder.layers[0](x, mask), mask))
-    np.testing.assert_allclose(encoder(x, mask), ref, rtol=1e-14, atol=1e-14)
+    tol = stack_rounded(encoder, exact(x), mask)[0].tol(np.float64, sides=2)
+    assert_within(encoder(x, mask), ref, tol, "pre-LN encoder")
     names = list(encoder.params)
     assert names[0] == "0.attn.W_q" and names[-2:] == ["norm.gamma", "norm.beta"]
     assert encoder.params["1.ff.linear1.W"] is encoder.layers[1].ff.linear1.params["W"]
@@ -62,7 +64,8 @@ def test_post_ln_encoder_has_no_final_norm():
     assert not any(name.startswith("norm.") for name in encoder.params)
     x = rng.standard_normal((2, 5, 8))
     ref = encoder.layers[1](encoder.layers[0](x))
-    np.testing.assert_allclose(encoder(x), ref, rtol=1e-14, atol=1e-14)
+    tol = stack_rounded(encoder, exact(x))[0].tol(np.float64, sides=2)
+    assert_within(encoder(x), ref, tol, "post-LN encoder")
 
 
 def test_decoder_runs_its_blocks_in_order_then_the_final_norm():
@@ -76,9 +79,9 @@ def test_decoder_runs_its_blocks_in_order_then_the_final_norm():
     for block in decoder.layers:
         h = block(h, memory, self_mask, memory_mask)
     ref = decoder.norm(h)
-    np.testing.assert_allclose(
-        decoder(x, memory, self_mask, memory_mask), ref, rtol=1e-14, atol=1e-14
-    )
+    count, _ = stack_rounded(decoder, exact(x), self_mask, exact(memory), memory_mask)
+    tol = count.tol(np.float64, sides=2)
+    assert_within(decoder(x, memory, self_mask, memory_mask), ref, tol, "pre-LN decoder")
     assert list(decoder.params)[-2:] == ["norm.gamma", "norm.beta"]
 
 
