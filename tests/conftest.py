@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import http.server
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -57,6 +58,45 @@ def torch():
     return torch
 
 
+def once_per_run(tmp_path_factory, name: str, make) -> Path:
+    """The folder ``name``, filled by ``make(folder)`` once per test run: under pytest-xdist the
+    first worker that asks makes it (the others wait on a file lock) and every worker reuses it."""
+    from filelock import FileLock
+
+    folder = run_folder(tmp_path_factory) / name
+    made = folder.with_name(f"{name}.made")
+    with FileLock(f"{folder}.lock"):
+        if not made.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            made.touch()
+    return folder
+
+
+def run_folder(tmp_path_factory) -> Path:
+    """The temporary folder of this test run, shared by its pytest-xdist workers."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if "PYTEST_XDIST_WORKER" in os.environ else root
+
+
+@pytest.fixture(scope="session")
+def dists(tmp_path_factory) -> Path:
+    """The package's wheel and sdist, built as `make site` builds them (python -m build), once
+    per test run: the site's tests check them, the notebooks' kernels import the wheel."""
+
+    def build(out: Path) -> None:
+        proc = subprocess.run(
+            [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    return once_per_run(tmp_path_factory, "dists", build)
+
+
 @dataclass(frozen=True)
 class BuiltSite:
     path: Path
@@ -73,12 +113,22 @@ def site_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def built_site(site_port) -> BuiltSite:
+def built_site(site_port, tmp_path_factory) -> BuiltSite:
     """``mkdocs build --strict`` of the whole site into test-artifacts/site.
 
     The base URL is the address the browser tests serve it at, as on a real deployment: Material's
-    language switcher matches the sitemap's addresses against the page's own.
+    language switcher matches the sitemap's addresses against the page's own. Under pytest-xdist
+    the site's tests run on one worker (the group "site"); a second worker that would build it
+    again, into the same folder and for another address, fails instead.
     """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    builder = run_folder(tmp_path_factory) / "site-built-by"
+    if builder.exists() and builder.read_text() != worker:
+        pytest.fail(
+            f"the site was built by worker {builder.read_text()}, and {worker} needs it too: "
+            "the site's tests must run on one worker (--dist loadgroup, group 'site')"
+        )
+    builder.write_text(worker)
     site = ARTIFACTS / "site"
     # (MPLBACKEND is left alone: notebook kernels need their inline backend to show plots.)
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
@@ -119,21 +169,21 @@ def site_url(built_site, site_port):
 # The lanes. `make test-fast` runs the unit tests and every page block and leaves out what builds
 # the site or the package's wheel (`site`), runs notebooks in Jupyter kernels (`notebooks`) or opens
 # a browser (`browser`). Under pytest-xdist (`-n 2 --dist loadgroup`), a group runs on one worker,
-# so the site is built once and the chapter notebooks start their kernels once.
+# so the site is built once and the chapter notebooks start their kernels once; the wheel, which
+# both groups use, is built once per run (once_per_run).
 SITE_FIXTURES = {"built_site", "dists"}
 NOTEBOOK_FIXTURES = {"chapter_runs", "installed_package"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(items):
-    for item in items:
-        names = set(getattr(item, "fixturenames", ()))
-        if names & SITE_FIXTURES:
-            item.add_marker(pytest.mark.site)
-            item.add_marker(pytest.mark.xdist_group("site"))
-        if names & NOTEBOOK_FIXTURES or item.get_closest_marker("notebooks"):
-            item.add_marker(pytest.mark.notebooks)
-            item.add_marker(pytest.mark.xdist_group("notebooks"))
+def pytest_itemcollected(item):
+    # (at collection, before pytest-xdist reads the groups in pytest_collection_modifyitems)
+    names = set(getattr(item, "fixturenames", ()))
+    if names & NOTEBOOK_FIXTURES or item.get_closest_marker("notebooks"):
+        item.add_marker(pytest.mark.notebooks)
+        item.add_marker(pytest.mark.xdist_group("notebooks"))
+    elif names & SITE_FIXTURES:
+        item.add_marker(pytest.mark.site)
+        item.add_marker(pytest.mark.xdist_group("site"))
 
 
 def pytest_terminal_summary(terminalreporter):

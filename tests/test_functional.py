@@ -30,11 +30,10 @@ from rounding import (
     kernel_gelu_tol,
     kernel_slope_tol,
     log_softmax_tol,
+    math_erf,
+    math_erfc,
     softmax_rtol,
 )
-
-math_erf = np.vectorize(math.erf, otypes=[np.float64])
-math_erfc = np.vectorize(math.erfc, otypes=[np.float64])
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
 shapes_2d = st.tuples(st.integers(1, 6), st.integers(1, 9))

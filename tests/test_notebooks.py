@@ -17,7 +17,6 @@ import asyncio
 import concurrent.futures
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -334,28 +333,12 @@ def test_the_same_page_makes_the_same_notebook(lang, rel):
 
 
 @pytest.fixture(scope="session")
-def installed_package(tmp_path_factory) -> Path:
-    """A folder holding the package as its wheel installs it (put on the kernel's PYTHONPATH).
-
-    The wheel is built from a copy of pyproject.toml, README.md and src/, so that the build leaves
-    nothing in the working tree; unpacking a pure-Python wheel is what pip does to install it.
-    """
+def installed_package(dists, tmp_path_factory) -> Path:
+    """A folder holding the package as its wheel installs it (put on the kernel's PYTHONPATH):
+    the wheel of the run (conftest.dists) unpacked, which is what pip does to install a
+    pure-Python wheel."""
     work = tmp_path_factory.mktemp("wheel")
-    source = work / "source"
-    source.mkdir()
-    for path in [ROOT / "pyproject.toml", ROOT / "README.md", *ROOT.glob("LICEN[CS]E*")]:
-        shutil.copy2(path, source / path.name)
-    shutil.copytree(
-        ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
-    )
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
-        + ["--wheel-dir", str(work / "dist"), str(source)],
-        check=True,
-        capture_output=True,
-        timeout=600,
-    )
-    (wheel,) = (work / "dist").glob("transformer_np-*.whl")
+    (wheel,) = dists.glob("transformer_np-*.whl")
     site = work / "site-packages"
     with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)

@@ -186,20 +186,6 @@ def _downloads_hook():
     return module
 
 
-@pytest.fixture(scope="module")
-def dists(tmp_path_factory):
-    """The wheel and the sdist, built as `make site` builds them (python -m build)."""
-    out = tmp_path_factory.mktemp("downloads")
-    proc = subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out
-
-
 @pytest.mark.parametrize("lang", LANGUAGES)
 def test_setup_page_gives_the_pip_line_for_the_wheel_on_the_site(built_site, site_port, lang):
     html = (built_site.path / page_url_path(lang, "setup.md") / "index.html").read_text("utf-8")
