@@ -14,15 +14,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from transformer_np._kernels.threads import num_threads
+
+from helpers import rounding_tol
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 SCRIPT = BENCH / "bench_attention.py"
 REF_PYTHON = ROOT / ".venv-ref" / "bin" / "python"
 SIDES = ("ours", "reference", "ceiling")
+# all-MiniLM-L6-v2's embeddings in float32 are within 1e-6 of sentence-transformers' (the
+# documented target, docs/en/minilm.md; the saved runs differ by 1.3e-7 and 1.6e-7)
+MINILM_FLOAT32_TARGET = 1e-6
 
 
 def run(script: str, *args, timeout=300) -> subprocess.CompletedProcess:
@@ -86,7 +92,10 @@ def test_benchmark_quick_run_writes_table_json_and_plot(quick):
     assert res["matmul_peak"]["gflops"] > 0
     assert res["machine"]["cores_available"] >= 1 and res["machine"]["numpy"]
     steps = res["steps"]
-    assert steps["n"] == 32 and abs(sum(steps["fraction"].values()) - 1) < 1e-9
+    # t_i / total, total a sum of the k times, and the sum here: 2 k roundings of 1
+    fractions = steps["fraction"].values()
+    assert steps["n"] == 32
+    assert abs(sum(fractions) - 1) <= rounding_tol(np.float64, 2 * len(fractions))
     assert steps["exp_ns_per_element"] > 0
 
     table = out.with_suffix(".md").read_text()
@@ -177,7 +186,9 @@ def test_minilm_benchmark_writes_the_three_sides(quick):
         REF_PYTHON,
     )
     res = check_schema(out, "minilm", 1)
-    assert res["checks"]["max_abs_diff_embeddings"] < 1e-4 and res["checks"]["same_tokens"]
+    # float32 against sentence-transformers' float32: the documented target of test_minilm.py
+    assert res["checks"]["max_abs_diff_embeddings"] <= MINILM_FLOAT32_TARGET
+    assert res["checks"]["same_tokens"]
     assert "| encode 32 sentences" in proc.stdout
 
 

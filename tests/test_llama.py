@@ -20,14 +20,19 @@ from transformer_np import (
     causal_mask,
     generate,
     rope_angles,
+    silu,
 )
 
 from helpers import (
+    FUNCTION_ROUNDINGS,
+    abs_product,
+    assert_within,
     hf_llama_config,
     hf_llama_in_input_dtype,
     hf_rope_float64,
     load_llama_block,
     load_llama_model,
+    rounding_tol,
     to_torch,
 )
 
@@ -41,6 +46,67 @@ def small_llama(rng, dtype="float64", **changes):
         if name.endswith("gamma"):
             model.params[name] = (1 + 0.3 * rng.standard_normal(value.shape)).astype(dtype)
     return model
+
+
+# ------------------------------------------------------------------ tolerances
+#
+# Two computations of the same blocks (ours twice, or ours and transformers') differ by their
+# rounding (helpers.py, "tolerances"): n counts the roundings along one path through a block,
+# the length of each sum and each element-wise step, and the blocks add theirs; the magnitude
+# is the size of the terms of the output (abs_product of the last products). A first-order
+# count: that a layer passes on its input's relative error without amplifying it is assumed
+# (the RMSNorms rescale), which the worst case of n roundings, where real rounding gives about
+# sqrt(n) of them, covers many times.
+
+
+def rope_roundings(max_position):
+    """RoPE on q or k, when each side computes its own angles: omega = base**(-2i/Dh) (a power,
+    two divisions) times the position m is an angle of up to m radians with a relative error
+    of FUNCTION_ROUNDINGS + 3 roundings, so an absolute one of m times that (omega <= 1); then
+    its cos and sin (FUNCTION_ROUNDINGS) and x cos + rot(x) sin (3)."""
+    return (FUNCTION_ROUNDINGS + 3) * max(max_position, 1) + FUNCTION_ROUNDINGS + 3
+
+
+def llama_block_roundings(d_model, n_heads, d_ff, n_keys, rope):
+    """Roundings along one path through a LlamaBlock attending to ``n_keys`` keys; ``rope``
+    those of the rotation (:func:`rope_roundings`, or 3 when both sides share the tables)."""
+    D, F, Dh, FR = d_model, d_ff, d_model // n_heads, FUNCTION_ROUNDINGS
+    rms_norm = D + 6  # the mean of D squares, + eps, sqrt, 1 / rms, the two products
+    # q k v (sums of D), RoPE, the scores (Dh, then the scale), the softmax and the weighted sum
+    # of the values (exp, two sums of n_keys, the shift and the division: as attention_tol), W_o
+    attention = D + rope + (Dh + 1) + (FR + 2 * n_keys + 4) + D
+    feed_forward = D + (FR + 3) + F  # gate and up, SiLU z / (1 + exp(-z)) and the product, down
+    return 2 * rms_norm + attention + feed_forward + 2  # and the two residual sums
+
+
+def llama_roundings(config, n_tokens, *, shared_angles=False):
+    """Roundings along one path through a LlamaModel on ``n_tokens`` tokens, from the
+    embeddings to the logits: the blocks, the final RMSNorm, the product with E^T (D)."""
+    rope = 3 if shared_angles else rope_roundings(n_tokens - 1)
+    block = llama_block_roundings(config.d_model, config.n_heads, config.d_ff, n_tokens, rope)
+    return config.n_layers * block + (config.d_model + 6) + config.d_model
+
+
+def logits_magnitude(model, ids):
+    """The terms of every logit (B, T, V): |h| @ |E|^T, h the final RMSNorm's output."""
+    h = model.blocks(model.embed(ids), causal_mask(ids.shape[1]))  # (B, T, D)
+    return abs_product(h, model.params["embed.W"].T)
+
+
+def block_magnitude(block, x, mask):
+    """The terms of every output of a LlamaBlock, h + ff(norm2(h)) with h = x + attn(norm1(x)):
+    |x| plus those of the two last products, |ctx| @ |W_o| and |silu(g W_gate) g W_up| @ |W_down|
+    (ctx the heads' weighted values before W_o, g = norm2(h))."""
+    attn, p = block.attn, block.params
+    B, T, _ = x.shape
+    a = block.norm1(x)
+    out, w = attn(a, mask=mask)  # w (B, H, T, T)
+    v = (a @ p["attn.W_v"]).reshape(B, T, attn.n_kv_heads, attn.d_head).transpose(0, 2, 1, 3)
+    v = np.repeat(v, attn.n_heads // attn.n_kv_heads, axis=1)  # query head h reads h // G
+    ctx = (w @ v).transpose(0, 2, 1, 3).reshape(B, T, -1)  # (B, T, H*Dh)
+    g = block.norm2(x + out)
+    inner = silu(g @ p["ff.W_gate"]) * (g @ p["ff.W_up"])  # (B, T, F)
+    return np.abs(x) + abs_product(ctx, p["attn.W_o"]) + abs_product(inner, p["ff.W_down"])
 
 
 # ============================================================================================
@@ -57,7 +123,10 @@ def test_block_is_the_pre_ln_encoder_block_with_new_sublayers(rng):
     assert isinstance(block.ff, SwiGLU)
     x = rng.standard_normal((2, 5, 16))
     h = x + block.attn(block.norm1(x), mask=causal_mask(5))[0]
-    np.testing.assert_allclose(block(x, causal_mask(5)), h + block.ff(block.norm2(h)), rtol=1e-13)
+    # two computations of the block (the same cached cos and sin tables)
+    n = 2 * llama_block_roundings(16, 4, 24, n_keys=5, rope=3)
+    tol = rounding_tol(np.float64, n, block_magnitude(block, x, causal_mask(5)))
+    assert_within(block(x, causal_mask(5)), h + block.ff(block.norm2(h)), tol, "block - formula")
 
 
 def test_parameter_names_and_count(rng):
@@ -75,7 +144,10 @@ def test_logits_at_a_position_ignore_later_tokens(rng):
     ids = rng.integers(0, 61, (2, 10))
     changed = ids.copy()
     changed[:, 6:] = (changed[:, 6:] + 1) % 61
-    np.testing.assert_allclose(model(ids)[:, :6], model(changed)[:, :6], rtol=1e-12)
+    # two computations of the first 6 positions, the masked keys included (same angle tables)
+    n = 2 * llama_roundings(model.config, 10, shared_angles=True)
+    tol = rounding_tol(np.float64, n, logits_magnitude(model, ids))
+    assert_within(model(ids)[:, :6], model(changed)[:, :6], tol[:, :6], "logits, later changed")
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
@@ -143,8 +215,8 @@ def test_config_must_be_a_llama_config():
 # ============================================================================================
 
 
-@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 2e-5)])
-def test_block_matches_llama_decoder_layer(torch, rng, dtype, tol, monkeypatch):
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["float64", "float32"])
+def test_block_matches_llama_decoder_layer(torch, rng, dtype, monkeypatch):
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
     hf_llama_in_input_dtype(monkeypatch)
@@ -160,8 +232,11 @@ def test_block_matches_llama_decoder_layer(torch, rng, dtype, tol, monkeypatch):
     expected = ref(to_torch(x), attention_mask=mask,
                    position_embeddings=(to_torch(cos)[None], to_torch(sin)[None]))  # fmt: skip
     expected = expected[0] if isinstance(expected, tuple) else expected
-    np.testing.assert_allclose(block(x, causal_mask(T)), expected.detach().numpy(), atol=tol,
-                               rtol=0)  # fmt: skip
+    # ours and transformers', each in dtype; the cos and sin tables are ours on both sides
+    cfg = model.config
+    n = 2 * llama_block_roundings(cfg.d_model, cfg.n_heads, cfg.d_ff, n_keys=T, rope=3)
+    tol = rounding_tol(dtype, n, block_magnitude(block, x, causal_mask(T)))
+    assert_within(block(x, causal_mask(T)), expected.detach().numpy(), tol, "ours - transformers")
 
 
 def hf_model(torch, model, monkeypatch, exact_float64):
@@ -183,7 +258,11 @@ def test_model_matches_llama_for_causal_lm_in_float64(torch, rng, monkeypatch):
     ids = rng.integers(0, 61, (2, 40))
     with torch.no_grad():
         expected = ref(torch.from_numpy(ids)).logits.numpy()
-    np.testing.assert_allclose(model(ids), expected, rtol=0, atol=1e-12)
+    # ours and transformers' in float64, each with its own angles (hf_rope_float64)
+    tol = rounding_tol(
+        np.float64, 2 * llama_roundings(model.config, 40), logits_magnitude(model, ids)
+    )
+    assert_within(model(ids), expected, tol, "logits, ours - transformers")
 
 
 def test_model_matches_llama_for_causal_lm_in_float32(torch, rng, monkeypatch):
@@ -192,7 +271,11 @@ def test_model_matches_llama_for_causal_lm_in_float32(torch, rng, monkeypatch):
     ids = rng.integers(0, 61, (2, 40))
     with torch.no_grad():
         expected = ref(torch.from_numpy(ids)).logits.numpy()
-    np.testing.assert_allclose(model(ids), expected, rtol=0, atol=5e-5)
+    # ours and transformers' in float32; their angles m * omega are float32 (rope_roundings)
+    tol = rounding_tol(
+        np.float32, 2 * llama_roundings(model.config, 40), logits_magnitude(model, ids)
+    )
+    assert_within(model(ids), expected, tol, "logits, ours - transformers")
 
 
 def test_greedy_tokens_match_transformers_generate(torch, rng, monkeypatch):
