@@ -24,7 +24,6 @@ MARKS="not site and not notebooks and not browser"
 configs=(
   "machine's environment|"
   "OpenBLAS: the CPU's own kernels|-u OPENBLAS_CORETYPE"
-  "OpenBLAS: Haswell (AVX2, FMA)|OPENBLAS_CORETYPE=Haswell"
   "OpenBLAS: SkylakeX (AVX-512)|OPENBLAS_CORETYPE=SkylakeX"
   "OpenBLAS: Sandybridge (AVX, no FMA)|OPENBLAS_CORETYPE=Sandybridge"
   "OpenBLAS: Prescott (SSE3)|OPENBLAS_CORETYPE=Prescott"
