@@ -1,13 +1,15 @@
 """Helpers shared by the test files (imported as ``from helpers import ...``; fixtures are in
 conftest.py).
 
+* tolerances from the arithmetic: :func:`rounding_tol`, :func:`abs_product`,
+  :func:`attention_tol`, :func:`assert_within` (the bounds of whole computations: rounding.py);
 * random inputs and parameters: :func:`random_qkv`, :func:`mha_with_random_biases`,
   :func:`randomise_biases`;
 * small models: :func:`small_language_model`, :func:`small_transformer`;
 * finite differences, for the ``backward`` sections: :func:`numerical_gradient`,
   :func:`relative_error`, :func:`gradcheck_layer`, :func:`gradcheck_model`;
 * PyTorch, for the ``reference (PyTorch)`` sections: :func:`to_torch`, :func:`to_torch64`,
-  :func:`assert_close_to_torch`, and ``load_*`` to copy our weights into ``torch.nn`` layers.
+  and ``load_*`` to copy our weights into ``torch.nn`` layers.
   PyTorch is optional here: the reference tests ask for the ``torch`` fixture of conftest.py,
   which skips them when it is not installed.
 """
@@ -356,11 +358,6 @@ def gradcheck_model(model, loss_fn, rng, per_array=2):
 # PyTorch
 # ============================================================================================
 
-# Forward values against PyTorch (torch==2.13.0, CPU) on the same inputs and weights.
-TORCH_FORWARD_TOL = {np.float32: 1e-5, np.float64: 1e-12}
-# Gradients against PyTorch autograd, in float64: inputs and every parameter.
-TORCH_GRAD_TOL = 1e-10
-
 
 def torch_dtype(dtype):
     """The torch dtype of a NumPy floating-point dtype."""
@@ -380,25 +377,6 @@ def to_torch64(x, requires_grad=False):
 def to_torch_blocked(mask):
     """Our mask (True = may attend) as torch's boolean masks (True = blocked)."""
     return torch.tensor(~np.asarray(mask))
-
-
-def assert_close_to_torch(mine, theirs, what, *, atol):
-    """Our array and PyTorch's have the same shape and differ by at most ``atol``; on failure,
-    say where, with both values."""
-    dtype = np.asarray(mine).dtype
-    if torch is not None and isinstance(theirs, torch.Tensor):
-        theirs = theirs.detach().numpy()
-    mine = np.asarray(mine, dtype=np.float64)
-    theirs = np.asarray(theirs, dtype=np.float64)
-    assert mine.shape == theirs.shape, f"{what}: shape {mine.shape} vs torch {theirs.shape}"
-    diff = np.abs(mine - theirs)
-    worst = np.unravel_index(np.argmax(diff), diff.shape) if diff.size else ()
-    msg = (
-        f"{what} ({dtype.name}): max abs diff {diff.max():.3e} > {atol:.0e} "
-        f"at {worst}: mine {mine[worst]!r} vs torch {theirs[worst]!r}"
-    )
-    print(f"{what}: max abs diff {diff.max():.3e}")
-    assert diff.max() <= atol, msg
 
 
 # -- our weights into torch.nn layers (torch applies x @ W.T: our W transposed) ---------------
