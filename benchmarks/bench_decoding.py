@@ -86,7 +86,7 @@ def worker_torch(args) -> None:
 
     torch.set_num_threads(args.threads)
     model, prompt = build(args, args.size)
-    p = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in model.parameters().items()}
+    p = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in model.params.items()}
     pe = torch.from_numpy(np.ascontiguousarray(model.pe))
     D, L = args.d_model, args.layers
     Dh = D // HEADS

@@ -108,7 +108,7 @@ def worker_numpy(args):
         model = Transformer(cfg, rng=0)
         loss_fn = CrossEntropyLoss(ignore_index=0)
     model.train()
-    opt = Adam(model.parameters(), lr=1e-4)
+    opt = Adam(model.params, lr=1e-4)
     batch = _batch(rng, args.model)
     ctx = blas_single_threaded() if args.numpy_blas_threads == "one" else contextlib.nullcontext()
     from transformer_np._kernels.threads import num_threads

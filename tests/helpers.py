@@ -202,12 +202,12 @@ def small_transformer(*, rng=0, **config):
 
 def parameter_snapshot(model):
     """A copy of every parameter of ``model``, by name."""
-    return {k: v.copy() for k, v in model.parameters().items()}
+    return {k: v.copy() for k, v in model.params.items()}
 
 
 def assert_parameters_unchanged(model, before):
     """Every parameter of ``model`` still equals its ``parameter_snapshot`` ``before``."""
-    after = model.parameters()
+    after = model.params
     assert set(after) == set(before)
     for k, v in before.items():
         np.testing.assert_array_equal(after[k], v, err_msg=k)
@@ -316,9 +316,9 @@ def gradcheck_model(model, loss_fn, rng, per_array=2):
     model.zero_grad()
     loss_fn(backward=True)
     grads = {k: np.array(v, copy=True) for k, v in model.gradients().items()}
-    assert set(grads) == set(model.parameters())
+    assert set(grads) == set(model.params)
     all_a, all_n = [], []
-    for name, p in model.parameters().items():
+    for name, p in model.params.items():
         n_idx = min(per_array, p.size)
         flat = rng.choice(p.size, size=n_idx, replace=False)
         idx = [np.unravel_index(i, p.shape) for i in flat]
@@ -336,7 +336,7 @@ def gradcheck_model(model, loss_fn, rng, per_array=2):
     err = relative_error(np.concatenate(all_a), np.concatenate(all_n))
     assert err <= FD_TOL
     # directional derivative along a random unit direction u: <grad, u> vs d/dt L(theta + t u)
-    params = model.parameters()
+    params = model.params
     u = {k: rng.standard_normal(p.shape) for k, p in params.items()}
     norm = np.sqrt(sum(np.sum(v * v) for v in u.values()))
     analytic = sum(np.sum(grads[k] * u[k]) for k in params) / norm

@@ -691,9 +691,10 @@ def decoder_block_rounded(
 
 
 def stack_rounded(stack, x, mask=None, memory=None, memory_mask=None):
-    """Encoder (``memory`` None) or Decoder on a Rounded ``x``: the blocks in order, then the
-    final norm if any. Returns ``(y, back)``; ``back(g)`` gives ``(dx, grads)``, the decoder's
-    ``((dx, dmemory), grads)`` with the memory's gradient summed over the blocks."""
+    """A Stack of encoder blocks (``memory`` None) or of decoder blocks on a Rounded ``x``: the
+    blocks in order, then the final norm if any. Returns ``(y, back)``; ``back(g)`` gives
+    ``(dx, grads)``, the decoder's ``((dx, dmemory), grads)`` with the memory's gradient
+    summed over the blocks."""
     backs = []
     for layer in stack.layers:
         if memory is None:
@@ -910,8 +911,8 @@ def attention_bound(q, k, v, dtype=None, *, mask=None, bias=None, dq=0.0, dk=0.0
 
 def attention_layer_bound(layer, x_q, x_kv=None, dtype=None, *, mask=None, bias=None, rope=None,
                           cast_roundings=0, **attention_kw):  # fmt: skip
-    """Bounds of ONE computation in ``dtype`` (default: x_q's) of a MultiHeadAttention or
-    GroupedQueryAttention ``layer`` on x_q (B, T, D) or (T, D) (and x_kv), as a dict: "out"
+    """Bounds of ONE computation in ``dtype`` (default: x_q's) of a MultiHeadAttention
+    (grouped-query or not) ``layer`` on x_q (B, T, D) or (T, D) (and x_kv), as a dict: "out"
     and "weights" shaped like the layer's output and weights, and those of its steps, shaped
     (..., heads, positions, Dh): "q", "k", "v" (the projections, rotated; one key/value head per
     query head) and "ctx" (the heads' outputs).

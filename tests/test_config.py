@@ -84,3 +84,10 @@ def test_config_checks_d_model_before_using_it():
 def test_config_from_json_errors(text, error, match):
     with pytest.raises(error, match=match):
         LanguageModelConfig.from_json(text)
+
+
+def test_from_json_names_the_first_byte_that_is_not_utf8():
+    text = LanguageModelConfig(vocab_size=10).to_json().encode()
+    with pytest.raises(ValueError, match="byte 0 is not UTF-8"):
+        LanguageModelConfig.from_json(b"\xff" + text)
+    assert LanguageModelConfig.from_json(text) == LanguageModelConfig(vocab_size=10)

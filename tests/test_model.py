@@ -15,7 +15,6 @@ import pytest
 
 from transformer_np import (
     Dropout,
-    KVCache,
     LanguageModel,
     LanguageModelConfig,
     Transformer,
@@ -57,7 +56,7 @@ def test_transformer_shapes_dtype_and_parameter_names():
     tgt = np.array([[1, 5, 4], [1, 9, 8]])
     logits = model(src, tgt)
     assert logits.shape == (2, 3, 12) and logits.dtype == np.float32
-    names = set(model.parameters())
+    names = set(model.params)
     assert {"encoder.0.attn.W_q", "decoder.1.cross_attn.W_k", "out.W", "tgt_embed.W"} <= names
     assert model.attention_weights[0].shape == (2, 4, 3, 4)
 
@@ -119,15 +118,15 @@ def test_dropout_only_in_training_mode():
 
 def test_tied_embeddings_share_the_matrix():
     model = small_language_model(tie_embeddings=True)
-    assert "out.W" not in model.parameters()
+    assert "out.W" not in model.params
     x = np.array([[1, 2, 3]])
     logits = model(x)
     h = model.out.cache["h"].reshape(1, 3, 16)
-    W, b = model.parameters()["embed.W"], model.parameters()["out.b"]
+    W, b = model.params["embed.W"], model.params["out.b"]
     tol = tied_output_rounded(model.embed, b, exact(h))[0].tol(np.float32, sides=2)
     assert_within(logits, h @ W.T + b, tol, "tied output")
     untied = small_language_model(tie_embeddings=False)
-    assert "out.W" in untied.parameters()
+    assert "out.W" in untied.params
     assert untied.num_parameters() == model.num_parameters() + 16 * 10
 
 
@@ -137,11 +136,15 @@ def test_cached_step_logits_equal_full_forward_logits():
     )
     x = np.array([[3, 1, 4, 1, 5, 9, 2, 6]])
     full = model(x)
-    cache = [KVCache(8) for _ in model.blocks.layers]
-    prefill = model.forward(x[:, :3], kv_cache=cache)  # the prompt in one chunk
+    cache = model.new_cache(8)
+    prefill = model(x[:, :3], kv_cache=cache)  # the prompt in one chunk, checked
     steps = [model.forward(x[:, t : t + 1], kv_cache=cache) for t in range(3, 8)]  # one by one
     tol = language_model_rounded(model, x)[0].tol(np.float64, sides=2)
     assert_within(np.concatenate([prefill] + steps, axis=1), full, tol, "cached vs full")
+    with pytest.raises(
+        ValueError, match=r"kv_cache holds at most max_len = 8 positions, got 8 cached \+ 1 new"
+    ):
+        model(x[:, :1], kv_cache=cache)  # the cache is full: a call says so, by name
 
 
 # ============================================================================================
@@ -195,7 +198,7 @@ def test_transformer_decode_takes_a_list_memory_and_names_it():
 
 def test_load_parameters_checks_names_and_shapes():
     model = small_language_model()
-    params = {k: v.copy() for k, v in model.parameters().items()}
+    params = {k: v.copy() for k, v in model.params.items()}
     params["embed.W"] = np.zeros((10, 8))
     with pytest.raises(ValueError, match="'embed.W' must have shape"):
         model.load_parameters(params)
@@ -276,11 +279,9 @@ def test_transformer_gradient_matches_finite_differences(rng, norm_first, tie, a
     )
     model = Transformer(cfg, rng=rng)
     model.train(dropout > 0)
-    for name in model.parameters():  # non-zero biases everywhere
+    for name in model.params:  # non-zero biases everywhere
         if name.endswith(("b_q", "b_v", "b_o", ".b")):
-            model.parameters()[name][...] = 0.2 * rng.standard_normal(
-                model.parameters()[name].shape
-            )
+            model.params[name][...] = 0.2 * rng.standard_normal(model.params[name].shape)
     src = np.array([[3, 4, 5, 0, 0], [6, 7, 8, 3, 2]])  # 0 = padding
     tgt_in = np.array([[1, 5, 4, 3], [1, 9, 8, 0]])
     tgt_out = np.array([[5, 4, 3, 2], [9, 8, 2, 0]])
@@ -403,9 +404,9 @@ def test_transformer_loss_and_gradients_match_torch(torch, rng, norm_first, tie)
         dtype="float64",
     )
     model = Transformer(cfg, rng=rng)
-    randomise_biases(model.parameters(), rng)
+    randomise_biases(model.params, rng)
     tm = torch_seq2seq(torch, cfg, model.pe)
-    P = model.parameters()
+    P = model.params
     with torch.no_grad():
         tm.src_embed.weight.copy_(to_torch64(P["src_embed.W"]))
         tm.tgt_embed.weight.copy_(to_torch64(P["tgt_embed.W"]))
@@ -462,7 +463,7 @@ def test_language_model_loss_and_gradients_match_torch(torch, rng):
         vocab_size=12, d_model=8, n_heads=2, n_layers=2, tie_embeddings=True, dtype="float64"
     )  # tied: the gradient of the shared table sums the embedding's and the output's
     model = LanguageModel(cfg, rng=rng)
-    randomise_biases(model.parameters(), rng)
+    randomise_biases(model.params, rng)
     layers = torch.nn.ModuleList(
         torch.nn.TransformerEncoderLayer(
             8,
@@ -478,9 +479,9 @@ def test_language_model_loss_and_gradients_match_torch(torch, rng):
     )
     norm = torch.nn.LayerNorm(8, dtype=torch.float64)
     emb = torch.nn.Embedding(12, 8, dtype=torch.float64)
-    bias = to_torch64(model.parameters()["out.b"], True)
+    bias = to_torch64(model.params["out.b"], True)
     with torch.no_grad():
-        emb.weight.copy_(to_torch64(model.parameters()["embed.W"]))
+        emb.weight.copy_(to_torch64(model.params["embed.W"]))
         for i, tl in enumerate(layers):
             load_encoder_layer(tl, model.blocks.layers[i])
         load_layer_norm(norm, model.blocks.norm)
@@ -509,3 +510,15 @@ def test_language_model_loss_and_gradients_match_torch(torch, rng):
         for k, v in torch_encoder_layer_grads(tl).items():
             name = f"blocks.{i}.{k}"
             assert_within(grads[name], v, tol[name], name)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: LanguageModel(LanguageModelConfig(vocab_size=10**12, d_model=8, n_heads=2)),
+        lambda: Transformer(TransformerConfig(src_vocab_size=10, tgt_vocab_size=10, d_ff=10**12)),
+    ],
+)
+def test_a_model_larger_than_the_memory_is_refused_before_any_allocation(make):
+    with pytest.raises(ValueError, match=r"config describes a model of about .* GiB .* memory"):
+        make()

@@ -136,7 +136,7 @@ def mha_grad_bound(mha, x_q, x_kv, grad, *, mask=None, torch_side=True):
         return mha_backward_magnitudes(mha, x_q, x_kv, grad, **values)
 
     ours = {name: np.abs(c[name]) for name in ("q", "k", "v")}
-    ours["w"], ours["ctx"] = np.abs(c["weights"]), np.abs(c["context"])
+    ours["w"], ours["ctx"] = np.abs(c["weights"]), np.abs(mha.o.cache["x"])
     y = plus_errors(ours, sides[0])  # at least the exact values' magnitudes
     m_y = M(y)
     n = D + Dh + 2 * max(S, T) + max(D + 2, B * max(T, S)) + 4 + TORCH_SCALE_ROUNDINGS + 2
@@ -278,15 +278,16 @@ def test_mha_cache_holds_what_a_backward_pass_needs():
     x_kv = rng.standard_normal((2, 4, 8))
     _, w = mha(x_q, x_kv)
     c = mha.cache
-    assert c["x_q"].shape == (6, 8) and c["x_kv"].shape == (8, 8)
+    assert mha.q.cache["x"].shape == (6, 8) and mha.k.cache["x"].shape == (8, 8)  # inputs
     assert c["q"].shape == (2, 2, 3, 4) and c["k"].shape == (2, 2, 4, 4)
-    assert c["v"].shape == (2, 2, 4, 4) and c["context"].shape == (6, 8)
+    assert c["v"].shape == (2, 2, 4, 4) and mha.o.cache["x"].shape == (6, 8)  # the heads merged
     np.testing.assert_array_equal(c["weights"], w)
-    assert c["shape"] == (2, 3, 4) and not c["squeeze"] and not c["self_attention"]
+    assert c["shape"] == (2, 3, 4) and not c["self_attention"]
+    context = mha.o.cache["x"]
     W_o, b_o = mha.params["W_o"], mha.params["b_o"]
     # the same product twice: each within gamma(D + 1) of its terms' magnitude
-    tol = 2 * rounding_tol(np.float64, 8 + 1, abs_product(c["context"], W_o) + np.abs(b_o))
-    assert_within(c["context"] @ W_o + b_o, mha(x_q, x_kv)[0].reshape(6, 8), tol, "output")
+    tol = 2 * rounding_tol(np.float64, 8 + 1, abs_product(context, W_o) + np.abs(b_o))
+    assert_within(context @ W_o + b_o, mha(x_q, x_kv)[0].reshape(6, 8), tol, "output")
 
 
 def test_split_heads_gives_each_head_its_slice_of_features_and_merge_heads_undoes_it():
@@ -311,6 +312,48 @@ def test_kv_cache_appends_positions_and_refuses_more_than_max_len():
     np.testing.assert_array_equal(values, np.concatenate([v1, v2], axis=2))
     with pytest.raises(ValueError, match="holds at most max_len = 5 positions"):
         cache.append(k1[:, :, :1], v1[:, :, :1])
+
+
+def test_kv_cache_refuses_another_batch_size_or_dtype_while_it_holds_positions():
+    cache = KVCache(6)
+    cache.append(np.zeros((2, 1, 2, 4)), np.zeros((2, 1, 2, 4)))
+    with pytest.raises(ValueError, match=r"holds 2 positions of keys \(2, 1, 2, 4\) float64"):
+        cache.append(np.zeros((3, 1, 1, 4)), np.zeros((3, 1, 1, 4)))  # another batch size
+    with pytest.raises(ValueError, match="another batch size, head count or dtype"):
+        cache.append(np.zeros((2, 1, 1, 4), np.float32), np.zeros((2, 1, 1, 4), np.float32))
+    cache.length = 0  # starting again, a new batch size is welcome
+    keys, _ = cache.append(np.ones((3, 1, 1, 4)), np.ones((3, 1, 1, 4)))
+    np.testing.assert_array_equal(keys, np.ones((3, 1, 1, 4)))
+
+
+@pytest.mark.parametrize("bad", [-1, 3, 1.5, True])
+def test_kv_cache_length_can_only_forget_positions(bad):
+    cache = KVCache(6)
+    cache.append(np.zeros((1, 1, 2, 4)), np.zeros((1, 1, 2, 4)))
+    error = TypeError if isinstance(bad, bool | float) else ValueError
+    with pytest.raises(error, match="KVCache.length must be"):
+        cache.length = bad
+    cache.length = 1
+    assert cache.stored()[0].shape == (1, 1, 1, 4)
+
+
+def test_kv_cache_reads_and_appends_with_clear_errors():
+    cache = KVCache(4)
+    with pytest.raises(RuntimeError, match="the KVCache is empty"):
+        cache.stored()
+    with pytest.raises(ValueError, match=r"k must be a float array \(B, heads, positions, Dh\)"):
+        cache.append(np.zeros((1, 2, 4)), np.zeros((1, 2, 4)))
+
+
+def test_padding_mask_with_a_cache_is_combined_with_the_causal_mask():
+    rng = np.random.default_rng(8)
+    mha = MultiHeadAttention(8, 2, rng=rng)
+    x = rng.standard_normal((2, 4, 8))
+    keep = padding_mask([4, 2])  # (B, 1, 1, S): the second sequence has two positions
+    full, _ = mha(x, mask=causal_mask(4) & keep)
+    cached, _ = mha(x, mask=keep, kv_cache=KVCache(4))  # the prompt in one chunk
+    tol = rounding_tol(np.float64, 8 + 4, abs_product(x, mha.params["W_q"]).max() * 10)
+    assert_within(cached, full, tol, "cached prompt with a padding mask")
 
 
 # ------------------------------------------------------------------ properties (hypothesis)

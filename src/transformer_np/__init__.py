@@ -14,11 +14,10 @@ The public API, re-exported from the modules that define it:
 * :mod:`~transformer_np.blocks` -- EncoderBlock, DecoderBlock
 * :mod:`~transformer_np.blockwise` -- blockwise_attention (memory-efficient, online softmax)
 * :mod:`~transformer_np.config` -- TransformerConfig, LanguageModelConfig
-* :mod:`~transformer_np.stacks` -- Encoder, Decoder
+* :mod:`~transformer_np.stacks` -- Stack
 * :mod:`~transformer_np.rmsnorm` -- RMSNorm
 * :mod:`~transformer_np.rope` -- rope_angles, apply_rope (rotary position embedding)
 * :mod:`~transformer_np.swiglu` -- SwiGLU, silu
-* :mod:`~transformer_np.grouped_query` -- GroupedQueryAttention
 * :mod:`~transformer_np.llama` -- LlamaBlock, LlamaModel (a modern decoder-only model)
 * :mod:`~transformer_np.model` -- Transformer, LanguageModel
 * :mod:`~transformer_np.losses` -- cross_entropy, CrossEntropyLoss
@@ -43,13 +42,12 @@ from .decoding import generate, stream, translate
 from .embedding import Embedding, TiedOutput
 from .feed_forward import FeedForward
 from .functional import erf, gelu, layer_norm, log_softmax, relu, softmax
-from .grouped_query import GroupedQueryAttention
 from .layers import Dropout, LayerNorm, Linear
 from .llama import LlamaBlock, LlamaModel
 from .losses import CrossEntropyLoss, cross_entropy
 from .masks import causal_mask, padding_mask
 from .model import LanguageModel, Transformer
-from .module import Module
+from .module import Module, NotFiniteError
 from .multi_head import KVCache, MultiHeadAttention, merge_heads, split_heads
 from .optim import Adam
 from .positional import positional_encoding, positional_offset_matrix
@@ -57,7 +55,7 @@ from .rmsnorm import RMSNorm
 from .rope import apply_rope, rope_angles, rope_frequencies, rotate_half
 from .sampling import sample_next
 from .schedule import NoamSchedule, noam_lr
-from .stacks import Decoder, Encoder
+from .stacks import Stack
 from .swiglu import SwiGLU, silu
 from .train import TrainingDiverged, fit, train_step
 
@@ -66,12 +64,11 @@ __version__ = "0.1.0"
 __all__ = [
     "Adam",
     "CrossEntropyLoss",
-    "Decoder",
     "DecoderBlock",
     "Dropout",
-    "Encoder",
     "KVCache",
     "Module",
+    "NotFiniteError",
     "TiedOutput",
     "attention_backward",
     "attention_steps",
@@ -112,11 +109,11 @@ __all__ = [
     "relu",
     "scaled_dot_product_attention",
     "softmax",
-    "GroupedQueryAttention",
     "LlamaBlock",
     "LlamaConfig",
     "LlamaModel",
     "RMSNorm",
+    "Stack",
     "SwiGLU",
     "apply_rope",
     "rope_angles",

@@ -1,73 +1,23 @@
-"""The configurations of the two models, as frozen dataclasses that check their fields.
+"""The configurations of the models, as frozen dataclasses.
 
-Each field carries a comment with its meaning and the paper's value; ``__post_init__`` checks
-every field with a message that names it, the value and what was expected. Checkpoints store
-a configuration as JSON (:meth:`JsonConfig.to_json`).
+Each field carries a comment with its meaning and the paper's value; a configuration is
+checked when it is made (the checks name the field, the value and what was expected).
+Checkpoints store a configuration as JSON (:meth:`JsonConfig.to_json`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
-import numpy as np
+from ._checks.config import (
+    check_json_text,
+    check_language_model_config,
+    check_llama_config,
+    check_transformer_config,
+)
 
 __all__ = ["LanguageModelConfig", "LlamaConfig", "TransformerConfig"]
-
-
-def check_field(cls_name, name, value, kind, lo=None, hi=None, hi_open=False):
-    """Raise a TypeError or ValueError unless ``value`` is of ``kind`` and in [lo, hi]."""
-    if kind is int:
-        ok = isinstance(value, int | np.integer) and not isinstance(value, bool)
-        what = "an integer"
-    elif kind is bool:
-        ok = isinstance(value, bool | np.bool_)
-        what = "True or False"
-    else:
-        ok = isinstance(value, int | float | np.floating | np.integer) and not isinstance(
-            value, bool
-        )
-        what = "a number"
-    if not ok:
-        raise TypeError(f"{cls_name}.{name} must be {what}, got {value!r}")
-    if kind is float and not np.isfinite(value):
-        raise ValueError(f"{cls_name}.{name} must be a finite number, got {value}")
-    if lo is not None and value < lo:
-        raise ValueError(f"{cls_name}.{name} must be >= {lo}, got {value}")
-    if hi is not None and (value >= hi if hi_open else value > hi):
-        bound = f"< {hi}" if hi_open else f"<= {hi}"
-        raise ValueError(f"{cls_name}.{name} must be {bound}, got {value}")
-
-
-def check_common_fields(cfg):
-    """The fields both model configurations share; fills in ``d_ff = 4 d_model`` for 0."""
-    name = type(cfg).__name__
-    check_field(name, "d_model", cfg.d_model, int, 2)
-    if cfg.d_ff == 0:  # the default: 4 d_model
-        object.__setattr__(cfg, "d_ff", 4 * cfg.d_model)
-    check_field(name, "n_heads", cfg.n_heads, int, 1)
-    if cfg.d_model % cfg.n_heads:
-        raise ValueError(
-            f"{name}.d_model must be divisible by n_heads, got d_model = {cfg.d_model} and "
-            f"n_heads = {cfg.n_heads}"
-        )
-    if cfg.d_model % 2:
-        raise ValueError(
-            f"{name}.d_model must be even (sinusoidal positions come in sin/cos pairs), "
-            f"got {cfg.d_model}"
-        )
-    check_field(name, "d_ff", cfg.d_ff, int, 1)
-    check_field(name, "max_len", cfg.max_len, int, 1)
-    check_field(name, "norm_first", cfg.norm_first, bool)
-    if cfg.activation not in ("relu", "gelu"):
-        raise ValueError(f'{name}.activation must be "relu" or "gelu", got {cfg.activation!r}')
-    check_field(name, "dropout", cfg.dropout, float, 0.0, 1.0, hi_open=True)
-    check_field(name, "tie_embeddings", cfg.tie_embeddings, bool)
-    check_field(name, "eps", cfg.eps, float)
-    if not cfg.eps > 0:
-        raise ValueError(f"{name}.eps must be > 0, got {cfg.eps}")
-    if cfg.dtype not in ("float32", "float64"):
-        raise ValueError(f'{name}.dtype must be "float32" or "float64", got {cfg.dtype!r}')
 
 
 class JsonConfig:
@@ -80,24 +30,7 @@ class JsonConfig:
     @classmethod
     def from_json(cls, text: str):
         """Rebuild a configuration from :meth:`to_json`'s output."""
-        if not isinstance(text, str | bytes):
-            raise TypeError(f"text must be a JSON string, got {type(text).__name__}")
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"text is not valid JSON for a {cls.__name__}: {exc}") from None
-        if not isinstance(data, dict):
-            raise ValueError(
-                f"text must describe a JSON object (the fields of a {cls.__name__}), "
-                f"got a JSON {type(data).__name__}"
-            )
-        kind = data.pop("type", cls.__name__)
-        if kind != cls.__name__:
-            raise ValueError(f"this JSON describes a {kind}, not a {cls.__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} fields in JSON: {unknown}")
+        data = check_json_text(cls, text)
         return cls(**data)
 
 
@@ -129,19 +62,9 @@ class TransformerConfig(JsonConfig):
     dtype: str = "float32"  # "float32" (fast) or "float64" (gradient checks)
 
     def __post_init__(self):
-        name = type(self).__name__
-        check_field(name, "src_vocab_size", self.src_vocab_size, int, 1)
-        check_field(name, "tgt_vocab_size", self.tgt_vocab_size, int, 1)
-        check_field(name, "n_encoder_layers", self.n_encoder_layers, int, 1)
-        check_field(name, "n_decoder_layers", self.n_decoder_layers, int, 1)
-        check_common_fields(self)
-        if self.pad_id is not None:
-            check_field(name, "pad_id", self.pad_id, int, 0)
-            if self.pad_id >= min(self.src_vocab_size, self.tgt_vocab_size):
-                raise ValueError(
-                    f"{name}.pad_id must be a valid id of both vocabularies "
-                    f"(< {min(self.src_vocab_size, self.tgt_vocab_size)}), got {self.pad_id}"
-                )
+        check_transformer_config(self)
+        if self.d_ff == 0:  # the default: 4 d_model, as in the paper
+            object.__setattr__(self, "d_ff", 4 * self.d_model)
 
 
 @dataclass(frozen=True)
@@ -169,10 +92,9 @@ class LanguageModelConfig(JsonConfig):
     dtype: str = "float32"  # "float32" or "float64"
 
     def __post_init__(self):
-        name = type(self).__name__
-        check_field(name, "vocab_size", self.vocab_size, int, 1)
-        check_field(name, "n_layers", self.n_layers, int, 1)
-        check_common_fields(self)
+        check_language_model_config(self)
+        if self.d_ff == 0:  # the default: 4 d_model
+            object.__setattr__(self, "d_ff", 4 * self.d_model)
 
 
 @dataclass(frozen=True)
@@ -201,24 +123,4 @@ class LlamaConfig(JsonConfig):
     dtype: str = "float32"  # "float32" or "float64"
 
     def __post_init__(self):
-        name = type(self).__name__
-        for field in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
-            check_field(name, field, getattr(self, field), int, 1)
-        check_field(name, "max_len", self.max_len, int, 1)
-        if self.d_model % self.n_heads or (self.d_model // self.n_heads) % 2:
-            raise ValueError(
-                f"{name}.d_model must split into n_heads heads of even size, got d_model = "
-                f"{self.d_model} and n_heads = {self.n_heads}"
-            )
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(
-                f"{name}.n_kv_heads must divide n_heads, got n_heads = {self.n_heads} and "
-                f"n_kv_heads = {self.n_kv_heads}"
-            )
-        check_field(name, "rope_base", self.rope_base, float)
-        check_field(name, "eps", self.eps, float)
-        for field in ("rope_base", "eps"):
-            if not getattr(self, field) > 0:
-                raise ValueError(f"{name}.{field} must be > 0, got {getattr(self, field)}")
-        if self.dtype not in ("float32", "float64"):
-            raise ValueError(f'{name}.dtype must be "float32" or "float64", got {self.dtype!r}')
+        check_llama_config(self)

@@ -4,12 +4,9 @@ The layers built from them live in their own modules: :mod:`~transformer_np.feed
 (FeedForward) and :mod:`~transformer_np.embedding` (Embedding, TiedOutput).
 
 Every layer is a :class:`~transformer_np.module.Module`: it keeps its parameters in ``params``
-and, after ``backward``, their gradients in ``grads``. Calling a layer runs its ``forward``,
-the plain computation; a call from outside the package checks the input first
-(``checked_call``), once.
-
-The computation runs in the input's dtype: float32 in gives float32 out, float64 in gives
-float64 out (parameters are cast if needed, which is free when they already match).
+and, after ``backward``, their gradients in ``grads``. Calling a layer checks the input, then
+runs its ``forward``, the plain computation, in the input's dtype (float16 in float32).
+Page: layer-norm.md, feed-forward.md.
 """
 
 from __future__ import annotations
@@ -18,33 +15,19 @@ import math
 
 import numpy as np
 
-from ._validation import (
-    as_float_array,
-    check_bool,
-    check_dtype,
-    check_finite,
-    check_normalised,
-    check_positive_float,
-    check_positive_int,
-    check_rng,
-    compute_dtype,
-    shape_str,
+from ._checks.general import as_grad
+from ._checks.layers import (
+    check_dropout_call,
+    check_dropout_init,
+    check_layer_norm_call,
+    check_layer_norm_init,
+    check_linear_call,
+    check_linear_init,
 )
-from .functional import layer_norm_forward
-from .module import Module, as_grad
+from .functional import layer_norm
+from .module import Module
 
 __all__ = ["Dropout", "LayerNorm", "Linear"]
-
-
-def check_features(x, name: str, d: int, what: str) -> np.ndarray:
-    """``x`` as a float array of shape (..., d) without NaN or inf, else a clear error."""
-    x = as_float_array(x, name)
-    if x.ndim == 0 or x.shape[-1] != d:
-        raise ValueError(
-            f"{name} must have shape (..., {what}) with {what} = {d}, got {shape_str(x.shape)}"
-        )
-    check_finite(x, name)
-    return x
 
 
 # --------------------------------------------------------------------------------------------
@@ -65,13 +48,16 @@ class Linear(Module):
         Source of randomness for the initial weights.
     dtype : {np.float64, np.float32}, default np.float64
         dtype of the parameters.
+    init : {"uniform", "xavier", "zeros"}, default "uniform"
+        ``"uniform"``: ``W`` and ``b`` from U(-1/sqrt(d_in), 1/sqrt(d_in)), the default of
+        ``torch.nn.Linear``; ``"xavier"``: ``W`` from U(-a, a), a = sqrt(6 / (d_in + d_out))
+        (Xavier/Glorot), ``b`` zero; ``"zeros"``: all zero, for a loader that sets them.
 
     Attributes
     ----------
     params : dict
         ``W`` of shape (d_in, d_out) (note: the transpose of PyTorch's ``Linear.weight``) and,
-        with ``bias=True``, ``b`` of shape (d_out,). Both start as U(-1/sqrt(d_in),
-        1/sqrt(d_in)), the default of ``torch.nn.Linear``.
+        with ``bias=True``, ``b`` of shape (d_out,).
 
     Notes
     -----
@@ -90,18 +76,22 @@ class Linear(Module):
     (2, 5, 3)
     """
 
-    def __init__(self, d_in, d_out, *, bias=True, rng=None, dtype=np.float64):
+    check_init, check_call = check_linear_init, check_linear_call
+
+    def __init__(self, d_in, d_out, *, bias=True, rng=None, dtype=np.float64, init="uniform"):
         super().__init__()
-        self.d_in = check_positive_int(d_in, "d_in")
-        self.d_out = check_positive_int(d_out, "d_out")
-        check_bool(bias, "bias")
-        dtype = check_dtype(dtype)
-        rng = check_rng(rng)
-        self.has_bias = bool(bias)
-        limit = 1.0 / math.sqrt(self.d_in)
-        self.params["W"] = rng.uniform(-limit, limit, (self.d_in, self.d_out)).astype(dtype)
-        if bias:
+        self.d_in, self.d_out, self.has_bias = int(d_in), int(d_out), bool(bias)
+        rng = np.random.default_rng(rng)
+        shape = (self.d_in, self.d_out)
+        if init == "zeros":  # a loader will overwrite them: no random draw
+            self.params["W"] = np.zeros(shape, dtype)
+        else:
+            limit = 1 / math.sqrt(self.d_in) if init == "uniform" else math.sqrt(6 / sum(shape))
+            self.params["W"] = rng.uniform(-limit, limit, shape).astype(dtype)
+        if bias and init == "uniform":
             self.params["b"] = rng.uniform(-limit, limit, self.d_out).astype(dtype)
+        elif bias:
+            self.params["b"] = np.zeros(self.d_out, dtype)
 
     def __repr__(self):
         return f"Linear(d_in={self.d_in}, d_out={self.d_out}, bias={self.has_bias})"
@@ -112,14 +102,8 @@ class Linear(Module):
             shapes["b"] = (self.d_out,)
         return shapes
 
-    def checked_call(self, x):
-        """Apply the map to ``x`` of shape (..., d_in); returns (..., d_out) in ``x``'s dtype."""
-        x = check_features(x, "x", self.d_in, "d_in")
-        y = self.run_or_blame(self.forward, x.astype(compute_dtype(x.dtype), copy=False))
-        return y.astype(x.dtype, copy=False)
-
     def forward(self, x):
-        """``x @ W + b`` on a checked ``x`` (..., d_in) -> (..., d_out)."""
+        """``x @ W + b``: (..., d_in) -> (..., d_out)."""
         x2 = x.reshape(-1, self.d_in)  # (..., d_in) -> (N, d_in)
         y = x2 @ self.params["W"].astype(x.dtype, copy=False)  # (N, d_in) -> (N, d_out)
         if self.has_bias:
@@ -201,11 +185,11 @@ class LayerNorm(Module):
     (np.float64(0.0), np.float64(1.0))
     """
 
+    check_init, check_call = check_layer_norm_init, check_layer_norm_call
+
     def __init__(self, d_model, eps=1e-5, *, dtype=np.float64):
         super().__init__()
-        self.d_model = check_positive_int(d_model, "d_model")
-        self.eps = check_positive_float(eps, "eps")
-        dtype = check_dtype(dtype)
+        self.d_model, self.eps = int(d_model), float(eps)
         self.params["gamma"] = np.ones(self.d_model, dtype)
         self.params["beta"] = np.zeros(self.d_model, dtype)
 
@@ -215,22 +199,10 @@ class LayerNorm(Module):
     def expected_shapes(self):
         return {"gamma": (self.d_model,), "beta": (self.d_model,)}
 
-    def checked_call(self, x):
-        """Normalise ``x`` of shape (..., D); returns the same shape in ``x``'s dtype."""
-        x = check_features(x, "x", self.d_model, "d_model")
-        y = self.run_or_blame(self.forward, x.astype(compute_dtype(x.dtype), copy=False))
-        return y.astype(x.dtype, copy=False)
-
     def forward(self, x):
-        """The normalisation of a checked ``x`` (..., D), then ``gamma`` and ``beta``."""
-        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below
-            y, x_hat, rstd = layer_norm_forward(
-                x,
-                self.params["gamma"].astype(x.dtype, copy=False),
-                self.params["beta"].astype(x.dtype, copy=False),
-                self.eps,
-            )
-        check_normalised(rstd, x, "x")  # a row too large for the dtype: a clear error
+        """The normalisation of ``x`` (..., D) over its last axis, then ``gamma`` and ``beta``."""
+        gamma, beta = self.params["gamma"], self.params["beta"]
+        y, x_hat, rstd = layer_norm.unchecked(x, gamma, beta, self.eps, with_stats=True)
         self.cache = {"x_hat": x_hat, "rstd": rstd}
         return y
 
@@ -312,17 +284,15 @@ class Dropout(Module):
     [0.0, 2.0]
     """
 
+    check_init, check_call = check_dropout_init, check_dropout_call
+
     def __init__(self, p=0.0, rng=None):
         super().__init__()
-        check_probability(p, "Dropout.p")
         self.p = float(p)
-        self.rng = check_rng(rng)
+        self.rng = np.random.default_rng(rng)
 
     def __repr__(self):
         return f"Dropout(p={self.p})"
-
-    def checked_call(self, x):
-        return self.forward(as_float_array(x, "x"))
 
     def forward(self, x):
         """``x`` itself at evaluation time; ``x`` with a fresh random mask in training."""
@@ -336,16 +306,3 @@ class Dropout(Module):
     def backward(self, grad_output):
         """The gradient through the same mask (unchanged at evaluation time)."""
         return grad_output if self.cache is None else grad_output * self.cache
-
-
-def check_probability(p, name: str) -> float:
-    """``p`` as a float in [0, 1), else a TypeError or ValueError naming ``name``."""
-    if isinstance(p, bool | np.bool_) or not isinstance(p, int | float | np.floating | np.integer):
-        raise TypeError(f"{name} must be a number, got {p!r}")
-    if not np.isfinite(p):
-        raise ValueError(f"{name} must be a finite number, got {p}")
-    if p < 0.0:
-        raise ValueError(f"{name} must be >= 0.0, got {p}")
-    if p >= 1.0:
-        raise ValueError(f"{name} must be < 1.0, got {p}")
-    return float(p)

@@ -24,25 +24,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_ids, check_rng
+from ._checks.models import check_llama_block_init, check_llama_call, check_llama_init
 from .blocks import EncoderBlock
 from .config import LlamaConfig
 from .embedding import Embedding
-from .grouped_query import GroupedQueryAttention
-from .layers import Dropout
 from .masks import causal_mask
 from .module import Module
+from .multi_head import KVCache, MultiHeadAttention
 from .rmsnorm import RMSNorm
-from .stacks import Encoder
+from .stacks import Stack
 from .swiglu import SwiGLU
 
-__all__ = ["LlamaBlock", "LlamaConfig", "LlamaModel"]
-
-# What max_len is for this model, in the error for a sequence too long (see check_ids).
-CONTEXT_LIMIT = {
-    "limit": "the context the model was trained for",
-    "fix": "shorten the prompt (keep its last max_len tokens)",
-}
+__all__ = ["LlamaBlock", "LlamaModel"]
 
 
 class LlamaBlock(EncoderBlock):
@@ -63,37 +56,33 @@ class LlamaBlock(EncoderBlock):
 
     Attributes
     ----------
-    attn : GroupedQueryAttention
+    attn : MultiHeadAttention
+        With ``n_kv_heads`` key/value heads, RoPE and no biases.
     norm1, norm2 : RMSNorm
     ff : SwiGLU
-    params : NestedParams
-        Keys ``attn.W_q``, ``norm1.gamma``, ``ff.W_gate``, ...
 
     Notes
     -----
     .. math:: h = x + \mathrm{GQA}(\mathrm{RMSNorm}_1(x)), \qquad
               y = h + \mathrm{SwiGLU}(\mathrm{RMSNorm}_2(h))
 
-    the formulas of :class:`~transformer_np.EncoderBlock` with ``norm_first=True``, whose
-    ``forward`` this class inherits unchanged.
+    :class:`~transformer_np.EncoderBlock` with ``norm_first=True``, built with these parts.
     """
+
+    check_init = check_llama_block_init
 
     def __init__(self, d_model, n_heads, d_ff, *, n_kv_heads, rope_base=10000.0, eps=1e-5,
                  rng=None, dtype=np.float64, init=True):  # fmt: skip
-        Module.__init__(self)
-        rng = check_rng(rng)
-        self.attn = GroupedQueryAttention(
-            d_model, n_heads, n_kv_heads, rope_base=rope_base, rng=rng, dtype=dtype, init=init
-        )
-        self.norm1 = RMSNorm(d_model, eps, dtype=dtype)
-        self.ff = SwiGLU(d_model, d_ff, rng=rng, dtype=dtype, init=init)
-        self.norm2 = RMSNorm(d_model, eps, dtype=dtype)
-        self.drop1, self.drop2 = Dropout(0.0, rng), Dropout(0.0, rng)  # none in LLaMA
-        self.d_model, self.n_heads, self.d_ff = self.attn.d_model, n_heads, self.ff.d_ff
-        self.norm_first, self.dropout = True, 0.0
-        self.add_children(attn=self.attn, norm1=self.norm1, ff=self.ff, norm2=self.norm2)
-        self.add_children(drop1=self.drop1, drop2=self.drop2)
-        self.attention_weights = None
+        rng = np.random.default_rng(rng)
+        attn = MultiHeadAttention(
+            d_model, n_heads, n_kv_heads=n_kv_heads, rope_base=rope_base, bias=False, rng=rng,
+            dtype=dtype, init=init,
+        )  # fmt: skip
+        ff = SwiGLU(d_model, d_ff, rng=rng, dtype=dtype, init=init)
+        super().__init__(
+            d_model, n_heads, d_ff, norm_first=True, eps=eps, rng=rng, dtype=dtype, attn=attn,
+            ff=ff, norm=RMSNorm,
+        )  # fmt: skip
 
     def __repr__(self):
         a = self.attn
@@ -121,7 +110,7 @@ class LlamaModel(Module):
     ----------
     embed : Embedding
         The token table E (V, D), not scaled by sqrt(D).
-    blocks : Encoder
+    blocks : Stack
         ``config.n_layers`` :class:`LlamaBlock`, then a final RMSNorm (``blocks.norm``).
     params : NestedParams
         Keys ``embed.W``, ``blocks.0.attn.W_q``, ..., ``blocks.norm.gamma``.
@@ -146,39 +135,51 @@ class LlamaModel(Module):
     (1, 3, 50)
     """
 
+    check_init, check_call = check_llama_init, check_llama_call
+    # what max_len is, and what to do about a longer sequence (for the error message)
+    context_limit = (
+        "the context the model was trained for",
+        "shorten the prompt (keep its last max_len tokens)",
+    )
+
     def __init__(self, config: LlamaConfig, rng=None, *, init=True):
         super().__init__()
-        if not isinstance(config, LlamaConfig):
-            raise TypeError(f"config must be a LlamaConfig, got {type(config).__name__}")
         self.config = cfg = config
-        rng = check_rng(rng)
+        rng = np.random.default_rng(rng)
         dtype = np.dtype(cfg.dtype)
         self.embed = Embedding(
             cfg.vocab_size, cfg.d_model, scale=False, rng=rng, dtype=dtype, init=init
         )
-        self.blocks = Encoder(
-            cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.d_ff, final_norm=True,
-            block=LlamaBlock, norm=RMSNorm, n_kv_heads=cfg.n_kv_heads,
-            rope_base=cfg.rope_base, eps=cfg.eps, rng=rng, dtype=dtype, init=init,
-        )  # fmt: skip
+        layers = [
+            LlamaBlock(
+                cfg.d_model,
+                cfg.n_heads,
+                cfg.d_ff,
+                n_kv_heads=cfg.n_kv_heads,
+                rope_base=cfg.rope_base,
+                eps=cfg.eps,
+                rng=rng,
+                dtype=dtype,
+                init=init,
+            )  # fmt: skip
+            for _ in range(cfg.n_layers)
+        ]
+        self.blocks = Stack(layers, RMSNorm(cfg.d_model, cfg.eps, dtype=dtype))
         self.add_children(embed=self.embed, blocks=self.blocks)
 
     def __repr__(self):
         return f"LlamaModel({self.config})"
 
-    def checked_call(self, ids):
-        """Logits (B, T, V) of the next token at every position of ``ids`` (B, T)."""
-        cfg = self.config
-        ids = check_ids(ids, "ids", cfg.vocab_size, cfg.max_len, **CONTEXT_LIMIT)
-        return self.run_or_blame(self.forward, ids)
+    def new_cache(self, max_len):
+        """One KVCache per block, for generation of at most ``max_len`` positions."""
+        return [KVCache(max_len) for _ in self.blocks.layers]
 
     # --8<-- [start:llama_forward]
     def forward(self, ids, *, kv_cache=None):
-        """Logits (B, T, V) for checked ``ids`` (B, T); with a ``kv_cache``, the new ids only."""
-        x = self.embed(ids)  # (B, T) -> (B, T, D): no positional table
+        """Logits (B, T, V) for ``ids`` (B, T); with a ``kv_cache``, the new ids only."""
+        x = self.embed.forward(ids)  # (B, T) -> (B, T, D): no positional table
         mask = causal_mask(ids.shape[1]) if kv_cache is None else None  # a cache is causal
-        h = self.blocks(x, mask, kv_cache=kv_cache)  # (B, T, D), after the final RMSNorm
-        E = self.embed.params["W"]  # (V, D), tied: the output reuses the embedding
-        return h @ E.T.astype(h.dtype, copy=False)  # (B, T, D) @ (D, V) -> (B, T, V)
+        h = self.blocks.forward(x, mask, kv_cache=kv_cache)  # (B, T, D), after the final RMSNorm
+        return self.embed.attend(h)  # (B, T, D) @ (D, V): tied, the embedding's own matrix
 
     # --8<-- [end:llama_forward]

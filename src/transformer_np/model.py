@@ -14,23 +14,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import (
-    as_typed_array,
-    check_broadcastable,
-    check_finite,
-    check_ids,
-    check_memory,
-    check_rng,
-    shape_str,
+from ._checks.boundary import run_or_blame
+from ._checks.general import as_grad, check_finite
+from ._checks.models import (
+    check_decode,
+    check_encode,
+    check_language_model_call,
+    check_language_model_init,
+    check_transformer_call,
+    check_transformer_init,
 )
-from .attention import as_bool_mask
+from ._checks.weights import checked_weights
+from .blocks import DecoderBlock, EncoderBlock
 from .config import LanguageModelConfig, TransformerConfig
 from .embedding import Embedding, TiedOutput
-from .layers import Dropout, Linear
+from .layers import Dropout, LayerNorm, Linear
 from .masks import causal_mask
-from .module import Module, as_grad, running
+from .module import Module
+from .multi_head import KVCache
 from .positional import positional_encoding
-from .stacks import Decoder, Encoder
+from .stacks import Stack
 
 __all__ = ["LanguageModel", "Transformer"]
 
@@ -40,16 +43,12 @@ __all__ = ["LanguageModel", "Transformer"]
 # --------------------------------------------------------------------------------------------
 
 
-def block_kwargs(cfg, rng, dtype):
-    """The keyword arguments every block of a model built from ``cfg`` gets."""
-    return {
-        "norm_first": cfg.norm_first,
-        "activation": cfg.activation,
-        "eps": cfg.eps,
-        "dropout": cfg.dropout,
-        "rng": rng,
-        "dtype": dtype,
-    }
+def stack(block, n_layers, cfg, rng, dtype):
+    """``n_layers`` blocks of the config's sizes, with a final LayerNorm when pre-LN."""
+    kw = {"norm_first": cfg.norm_first, "activation": cfg.activation, "eps": cfg.eps}
+    kw.update(dropout=cfg.dropout, rng=rng, dtype=dtype)
+    layers = [block(cfg.d_model, cfg.n_heads, cfg.d_ff, **kw) for _ in range(n_layers)]
+    return Stack(layers, LayerNorm(cfg.d_model, cfg.eps, dtype=dtype) if cfg.norm_first else None)
 
 
 def check_grad_logits(model, grad_logits):
@@ -79,46 +78,27 @@ def output_layer(cfg, embedding, vocab_size, rng, dtype):
 class ModelBase(Module):
     """Loading parameters, and the embedding of tokens with their positions."""
 
-    def parameters(self):
-        """Live dict-like view ``name -> ndarray`` of every parameter (updated in place)."""
-        return self.params
+    # what max_len is, and what to do about a longer sequence (for the error message)
+    context_limit = ("the positional table", "build the model with a larger max_len")
 
     # --8<-- [start:embed_tokens]
     def embed_tokens(self, embedding, drop, ids, start=0):
         """sqrt(D) E[ids] + PE[start : start + T], then dropout: (B, T) -> (B, T, D)."""
         T = ids.shape[1]
-        x = embedding(ids)  # (B, T) -> (B, T, D), scaled by sqrt(D)
+        x = embedding.forward(ids)  # (B, T) -> (B, T, D), scaled by sqrt(D)
         x = x + self.pe[start : start + T]  # add the positions, (T, D) broadcast over B
-        return drop(x)
+        return drop.forward(x)
 
     # --8<-- [end:embed_tokens]
 
     def load_parameters(self, params):
-        """Copy arrays (same names and shapes as :meth:`parameters`) into the model.
+        """Copy arrays (the names and shapes of ``params``) into the model.
 
-        Every array is checked (names, shapes, real numbers, all finite) before any is copied:
-        on an error the model is left as it was.
+        Every array is checked (names, shapes, real numbers, finite in the model's dtype)
+        before any is copied: on an error the model is left as it was.
         """
         mine = self.params
-        if not hasattr(params, "keys"):
-            raise TypeError(
-                f"params must be a mapping of names to arrays, got {type(params).__name__}"
-            )
-        missing = sorted(set(mine) - set(params))
-        extra = sorted(set(params) - set(mine))
-        if missing or extra:
-            raise ValueError(f"parameter names do not match: missing {missing}, unexpected {extra}")
-        checked = {}
-        for k in mine:
-            value = as_typed_array(params[k], f"parameter {k!r}", "fiu", "an array of real numbers")
-            if mine[k].shape != value.shape:
-                raise ValueError(
-                    f"parameter {k!r} must have shape {mine[k].shape}, got {value.shape}"
-                )
-            if not np.isfinite(value).all():
-                raise ValueError(f"parameter {k!r} contains NaN or inf")
-            checked[k] = value
-        for k, value in checked.items():
+        for k, value in checked_weights(params, "params", mine, "parameter").items():
             mine[k][...] = value
 
 
@@ -139,8 +119,8 @@ class Transformer(ModelBase):
     Attributes
     ----------
     src_embed, tgt_embed : Embedding
-    encoder : Encoder
-    decoder : Decoder
+    encoder : Stack
+    decoder : Stack
     out : Linear or TiedOutput
         Projection to the target vocabulary.
     pe : ndarray of shape (max_len, D)
@@ -173,19 +153,17 @@ class Transformer(ModelBase):
     (16, 16)
     """
 
+    check_init, check_call = check_transformer_init, check_transformer_call
+
     def __init__(self, config: TransformerConfig, rng=None):
         super().__init__()
-        if not isinstance(config, TransformerConfig):
-            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
         self.config = cfg = config
-        rng = check_rng(rng)
+        rng = np.random.default_rng(rng)
         dtype = np.dtype(cfg.dtype)
         self.src_embed = Embedding(cfg.src_vocab_size, cfg.d_model, rng=rng, dtype=dtype)
         self.tgt_embed = Embedding(cfg.tgt_vocab_size, cfg.d_model, rng=rng, dtype=dtype)
-        kw = block_kwargs(cfg, rng, dtype)
-        size = (cfg.d_model, cfg.n_heads, cfg.d_ff)
-        self.encoder = Encoder(cfg.n_encoder_layers, *size, final_norm=cfg.norm_first, **kw)
-        self.decoder = Decoder(cfg.n_decoder_layers, *size, final_norm=cfg.norm_first, **kw)
+        self.encoder = stack(EncoderBlock, cfg.n_encoder_layers, cfg, rng, dtype)
+        self.decoder = stack(DecoderBlock, cfg.n_decoder_layers, cfg, rng, dtype)
         self.out = output_layer(cfg, self.tgt_embed, cfg.tgt_vocab_size, rng, dtype)
         self.src_drop = Dropout(cfg.dropout, rng)
         self.tgt_drop = Dropout(cfg.dropout, rng)
@@ -222,48 +200,12 @@ class Transformer(ModelBase):
 
     def encode(self, src):
         """Encoder output ("memory") of ``src`` (B, S) -> (B, S, D)."""
-        cfg = self.config
-        src = check_ids(src, "src", cfg.src_vocab_size, cfg.max_len)
-        with running():
-            return self.run_or_blame(self.forward_encoder, src)
+        return run_or_blame(self, self.forward_encoder, check_encode(self, src))
 
     def decode(self, tgt, memory, src_mask=None):
         """Logits (B, T, V) of the next token at each target position, given the memory."""
-        cfg = self.config
-        tgt = check_ids(tgt, "tgt", cfg.tgt_vocab_size, cfg.max_len)
-        memory = check_memory(memory, tgt.shape[0], cfg.d_model)
-        if src_mask is not None:
-            B, T, S = tgt.shape[0], tgt.shape[1], memory.shape[1]
-            src_mask = as_bool_mask(src_mask)
-            scores = (B, cfg.n_heads, T, S)
-            check_broadcastable(src_mask.shape, scores, "src_mask", "the scores (B, H, T, S) =")
-        with running():
-            return self.run_or_blame(self.forward_decoder, tgt, memory, src_mask)
-
-    def checked_call(self, src, tgt):
-        """Teacher-forced forward pass.
-
-        Parameters
-        ----------
-        src : ndarray of int, shape (B, S)
-            Source token ids (padding = ``config.pad_id``).
-        tgt : ndarray of int, shape (B, T)
-            Decoder input: the target shifted right (it starts with a BOS token).
-
-        Returns
-        -------
-        ndarray of shape (B, T, V)
-            Logits of the next target token at each position.
-        """
-        cfg = self.config
-        src = check_ids(src, "src", cfg.src_vocab_size, cfg.max_len)
-        tgt = check_ids(tgt, "tgt", cfg.tgt_vocab_size, cfg.max_len)
-        if src.shape[0] != tgt.shape[0]:
-            raise ValueError(
-                f"src and tgt must have the same batch size, got src {shape_str(src.shape)} "
-                f"and tgt {shape_str(tgt.shape)}"
-            )
-        return self.run_or_blame(self.forward, src, tgt)
+        tgt, memory, src_mask = check_decode(self, tgt, memory, src_mask)
+        return run_or_blame(self, self.forward_decoder, tgt, memory, src_mask)
 
     # --8<-- [start:transformer_forward]
     def forward(self, src, tgt):
@@ -274,7 +216,7 @@ class Transformer(ModelBase):
     def forward_encoder(self, src):
         """The encoder on checked ids: (B, S) -> memory (B, S, D)."""
         x = self.embed_tokens(self.src_embed, self.src_drop, src)  # (B, S) -> (B, S, D)
-        return self.encoder(x, self.source_mask(src))  # (B, S, D)
+        return self.encoder.forward(x, self.source_mask(src))  # (B, S, D)
 
     def forward_decoder(self, tgt, memory, src_mask, *, kv_cache=None):
         """The decoder and the output layer on checked input: (B, T) -> logits (B, T, V).
@@ -285,8 +227,8 @@ class Transformer(ModelBase):
         start = 0 if kv_cache is None else kv_cache[0][0].length
         y = self.embed_tokens(self.tgt_embed, self.tgt_drop, tgt, start)  # (B, T) -> (B, T, D)
         self_mask = self.target_mask(tgt) if kv_cache is None else None  # a cache is causal
-        h = self.decoder(y, memory, self_mask, src_mask, kv_cache=kv_cache)  # (B, T, D)
-        return self.out(h)  # (B, T, D) -> (B, T, V)
+        h = self.decoder.forward(y, memory, self_mask, src_mask, kv_cache=kv_cache)  # (B, T, D)
+        return self.out.forward(h)  # (B, T, D) -> (B, T, V)
 
     # --8<-- [end:transformer_forward]
 
@@ -296,10 +238,12 @@ class Transformer(ModelBase):
         dh = self.out.backward(grad_logits)  # (B, T, V) -> (B, T, D)
         dy, dmemory = self.decoder.backward(dh)
         self.tgt_embed.backward(self.tgt_drop.backward(dy))
-        if isinstance(self.out, TiedOutput):
-            self.tgt_embed.grads["W"] += self.out.dW
         dx = self.encoder.backward(dmemory)
         self.src_embed.backward(self.src_drop.backward(dx))
+
+    def new_cache(self, max_len, memory_len):
+        """One (self-attention, cross-attention) pair of KVCache per decoder layer."""
+        return [(KVCache(max_len), KVCache(memory_len)) for _ in self.decoder.layers]
 
     @property
     def attention_weights(self):
@@ -318,7 +262,7 @@ class LanguageModel(ModelBase):
     Attributes
     ----------
     embed : Embedding
-    blocks : Encoder
+    blocks : Stack
         The stack of causal blocks: encoder blocks (self-attention and feed-forward, nothing
         to cross-attend to) used with a causal mask, with a final LayerNorm when pre-LN.
     out : TiedOutput or Linear
@@ -342,22 +286,15 @@ class LanguageModel(ModelBase):
     (1, 5, 20)
     """
 
+    check_init, check_call = check_language_model_init, check_language_model_call
+
     def __init__(self, config: LanguageModelConfig, rng=None):
         super().__init__()
-        if not isinstance(config, LanguageModelConfig):
-            raise TypeError(f"config must be a LanguageModelConfig, got {type(config).__name__}")
         self.config = cfg = config
-        rng = check_rng(rng)
+        rng = np.random.default_rng(rng)
         dtype = np.dtype(cfg.dtype)
         self.embed = Embedding(cfg.vocab_size, cfg.d_model, rng=rng, dtype=dtype)
-        self.blocks = Encoder(
-            cfg.n_layers,
-            cfg.d_model,
-            cfg.n_heads,
-            cfg.d_ff,
-            final_norm=cfg.norm_first,
-            **block_kwargs(cfg, rng, dtype),
-        )
+        self.blocks = stack(EncoderBlock, cfg.n_layers, cfg, rng, dtype)
         self.out = output_layer(cfg, self.embed, cfg.vocab_size, rng, dtype)
         self.drop = Dropout(cfg.dropout, rng)
         self.pe = positional_encoding(cfg.max_len, cfg.d_model, dtype=dtype)
@@ -365,12 +302,6 @@ class LanguageModel(ModelBase):
 
     def __repr__(self):
         return f"LanguageModel({self.config})"
-
-    def checked_call(self, ids):
-        """Logits (B, T, V) of the next token at every position of ``ids`` (B, T)."""
-        cfg = self.config
-        ids = check_ids(ids, "ids", cfg.vocab_size, cfg.max_len)
-        return self.run_or_blame(self.forward, ids)
 
     # --8<-- [start:language_model_forward]
     def forward(self, ids, *, kv_cache=None):
@@ -382,8 +313,8 @@ class LanguageModel(ModelBase):
         start = 0 if kv_cache is None else kv_cache[0].length
         x = self.embed_tokens(self.embed, self.drop, ids, start)  # (B, T) -> (B, T, D)
         mask = causal_mask(ids.shape[1]) if kv_cache is None else None  # a cache is causal
-        h = self.blocks(x, mask, kv_cache=kv_cache)  # (B, T, D)
-        return self.out(h)  # (B, T, D) -> (B, T, V)
+        h = self.blocks.forward(x, mask, kv_cache=kv_cache)  # (B, T, D)
+        return self.out.forward(h)  # (B, T, D) -> (B, T, V)
 
     # --8<-- [end:language_model_forward]
 
@@ -393,8 +324,10 @@ class LanguageModel(ModelBase):
         dh = self.out.backward(grad_logits)
         dx = self.blocks.backward(dh)
         self.embed.backward(self.drop.backward(dx))
-        if isinstance(self.out, TiedOutput):
-            self.embed.grads["W"] += self.out.dW
+
+    def new_cache(self, max_len):
+        """One KVCache per block, for generation of at most ``max_len`` positions."""
+        return [KVCache(max_len) for _ in self.blocks.layers]
 
     @property
     def attention_weights(self):

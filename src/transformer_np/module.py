@@ -8,25 +8,22 @@ A layer of the package is a :class:`Module`. It keeps
 * ``cache``: what the last forward pass saved for the backward pass (None before it);
 * ``training``: whether dropout is on (:meth:`Module.train`, :meth:`Module.eval`).
 
-Calling a layer, ``layer(x)``, runs ``layer.forward(x)``, the plain computation. The input is
-checked once, at the outermost call: when a user calls a model, the model checks the token ids
-(:meth:`Module.checked_call`), and the blocks and layers it calls while it runs go straight to
-their ``forward``, so nothing is checked twice.
+Calling a layer, ``layer(x)``, checks the input and then runs ``layer.forward(x)``, the plain
+computation. Inside the package, a layer calls its sub-layers' ``forward``: the input was
+checked once, by the outermost call.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator, MutableMapping
 
 import numpy as np
 
-from ._validation import all_finite, check_finite, shape_str
+from ._checks.boundary import call_layer, check_construction
+from ._checks.general import NotFiniteError, shape_str
 
-__all__ = ["Module", "NestedParams", "as_grad", "checks_done", "running"]
-
-_running = threading.local()  # _running.depth > 0 while a layer's call is running
+__all__ = ["Module", "NotFiniteError"]
 
 
 class NestedParams(MutableMapping):
@@ -39,12 +36,13 @@ class NestedParams(MutableMapping):
     ``"ff.linear1.W"``). ``attr`` selects the dict to view (``"params"``, or ``"grads"``).
     """
 
-    def __init__(self, children: dict, attr: str = "params"):
+    def __init__(self, children: dict, attr: str = "params", owner: Module | None = None):
         self.children = dict(children)
         self.attr = attr
+        self.owner = owner if owner is not None else Module  # whose join_key / split_key
 
     def _split(self, key: str):
-        name, _, rest = key.partition(".")
+        name, rest = self.owner.split_key(key)
         if name not in self.children or not rest:
             raise KeyError(key)
         return getattr(self.children[name], self.attr), rest
@@ -65,7 +63,7 @@ class NestedParams(MutableMapping):
     def __iter__(self) -> Iterator[str]:
         for name, child in self.children.items():
             for k in getattr(child, self.attr):
-                yield f"{name}.{k}"
+                yield self.owner.join_key(name, k)
 
     def __len__(self) -> int:
         return sum(len(getattr(c, self.attr)) for c in self.children.values())
@@ -93,42 +91,22 @@ class Module:
 
     # -- calling --------------------------------------------------------------------------------
 
+    # The layer's validators, in transformer_np._checks (None: nothing to check):
+    check_init = None  # of the constructor's arguments, run before __init__
+    check_call = None  # of a call's arguments, run before forward
+
+    def __new__(cls, *args, **kwargs):
+        if args or kwargs:  # (copy and pickle make an instance without arguments)
+            check_construction(cls, args, kwargs)
+        return super().__new__(cls)
+
     def __call__(self, *args, **kwargs):
-        """``forward(*args, **kwargs)``, with the input checked if this is the outermost call."""
-        if checks_done():  # called by another layer: its caller checked
-            return self.forward(*args, **kwargs)
-        with running():
-            return self.checked_call(*args, **kwargs)
+        """``forward(*args, **kwargs)``, after the layer's ``check_call`` (the package's boundary).
 
-    def checked_call(self, *args, **kwargs):
-        """The outermost call: check the arguments, then run :meth:`forward`.
-
-        Layers override it with their checks; this default checks nothing but the result
-        (:meth:`run_or_blame`).
+        Inside the package a layer calls its sub-layers' ``forward`` directly: what the
+        outermost call checked is not checked again.
         """
-        return self.run_or_blame(self.forward, *args, **kwargs)
-
-    def run_or_blame(self, compute, *args, **kwargs):
-        """``compute(*args, **kwargs)`` (usually :meth:`forward`); if it fails or gives a
-        non-finite output, name the bad parameter.
-
-        Parameters are not checked before the computation (only the user changes them between
-        calls): one NaN weight makes the output NaN, and a wrong shape makes a product fail,
-        so :meth:`check_parameters` runs then, to name the culprit. With sound parameters the
-        error is the computation's own, or an overflow.
-        """
-        try:
-            result = compute(*args, **kwargs)
-        except ValueError:
-            self.check_parameters()
-            raise
-        y = result[0] if isinstance(result, tuple) else result
-        if not all_finite(y):
-            self.check_parameters()
-            raise ValueError(
-                f"the {type(self).__name__} output is not finite: it overflowed {y.dtype}"
-            )
-        return result
+        return call_layer(self, *args, **kwargs)
 
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} has no forward pass")
@@ -138,9 +116,20 @@ class Module:
     def add_children(self, **children: Module) -> None:
         """Register sub-layers: ``params`` and ``grads`` become views with dotted names."""
         self._children.update(children)
-        self.params = NestedParams(self._children)
-        self.grads = NestedParams(self._children, "grads")
+        self.params = NestedParams(self._children, owner=self)
+        self.grads = NestedParams(self._children, "grads", owner=self)
         self._leaves = None
+
+    @staticmethod
+    def join_key(child: str, key: str) -> str:
+        """The flat name of a sub-layer's parameter: ``"linear1" + "W" -> "linear1.W"``."""
+        return f"{child}.{key}"
+
+    @staticmethod
+    def split_key(name: str) -> tuple[str, str]:
+        """The inverse of :meth:`join_key`: ``"linear1.W" -> ("linear1", "W")``."""
+        child, _, key = name.partition(".")
+        return child, key
 
     def children(self) -> dict[str, Module]:
         """The registered sub-layers, by name."""
@@ -158,9 +147,11 @@ class Module:
             leaves = []
             for name, child in self._children.items():
                 if child._children:
-                    leaves.extend((f"{name}.{n}", leaf, k) for n, leaf, k in child.leaves())
+                    leaves.extend(
+                        (self.join_key(name, n), leaf, k) for n, leaf, k in child.leaves()
+                    )
                 else:
-                    leaves.extend((f"{name}.{k}", child, k) for k in child.params)
+                    leaves.extend((self.join_key(name, k), child, k) for k in child.params)
             self._leaves = leaves
         return self._leaves
 
@@ -198,35 +189,6 @@ class Module:
         """The shape each parameter must have (a leaf layer with parameters says which)."""
         return {name: p.shape for name, p in self.params.items()}
 
-    def check_parameters(self) -> None:
-        """Raise ValueError naming the first parameter that is missing, misshapen or not finite.
-
-        Not called on every forward pass (only the user changes parameters between calls): a
-        layer calls it when its computation fails or its output is not finite, to say which
-        parameter is to blame (one NaN weight makes every output NaN).
-        """
-        where = f"{type(self).__name__}.params"
-        for prefix, layer in self._named_leaf_layers(""):
-            for key, shape in layer.expected_shapes().items():
-                name = prefix + key
-                if key not in layer.params:
-                    raise KeyError(f"{where} is missing {name!r}")
-                p = layer.params[key]
-                if not isinstance(p, np.ndarray) or p.shape != tuple(shape):
-                    got = shape_str(p.shape) if isinstance(p, np.ndarray) else repr(p)
-                    raise ValueError(
-                        f"{where}[{name!r}] must be an ndarray of shape {shape_str(shape)}, "
-                        f"got {got}"
-                    )
-                check_finite(p, f"{where}[{name!r}]")
-
-    def _named_leaf_layers(self, prefix: str):
-        """``(dotted prefix, layer)`` of every layer without children, this one included."""
-        if not self._children:
-            yield prefix, self
-        for name, child in self._children.items():
-            yield from child._named_leaf_layers(f"{prefix}{name}.")
-
     # -- training mode --------------------------------------------------------------------------
 
     def train(self, mode: bool = True) -> Module:
@@ -239,6 +201,16 @@ class Module:
         """Evaluation mode: dropout off."""
         return self.train(False)
 
+    @contextlib.contextmanager
+    def evaluation_mode(self):
+        """``with model.evaluation_mode():`` dropout off inside, the previous mode back after."""
+        was_training = self.training
+        self.eval()
+        try:
+            yield self
+        finally:
+            self.train(was_training)
+
     # -- the backward pass ----------------------------------------------------------------------
 
     def saved(self) -> dict:
@@ -248,36 +220,3 @@ class Module:
                 f"{type(self).__name__}.backward was called before a forward pass (no cache)"
             )
         return self.cache
-
-
-def checks_done() -> bool:
-    """Whether a checked entry point is running (its callees need not check again)."""
-    return getattr(_running, "depth", 0) > 0
-
-
-@contextlib.contextmanager
-def running():
-    """Within the block, layers that are called run their ``forward`` without checks.
-
-    For a public entry point that has checked its arguments and then calls layers (a model's
-    ``encode``, the generation loop): what it checked is not checked again below it.
-    """
-    depth = getattr(_running, "depth", 0)
-    _running.depth = depth + 1
-    try:
-        yield
-    finally:
-        _running.depth = depth
-
-
-def as_grad(grad_output, shape, dtype, name: str = "grad_output") -> np.ndarray:
-    """``grad_output`` as a float array of the last output's ``shape``, in ``dtype``."""
-    g = np.asarray(grad_output)
-    if g.dtype.kind != "f":
-        raise TypeError(f"{name} must be a floating-point array, got dtype {g.dtype}")
-    if tuple(g.shape) != tuple(shape):
-        raise ValueError(
-            f"{name} must have the shape of the last output {shape_str(shape)}, "
-            f"got {shape_str(g.shape)}"
-        )
-    return g.astype(dtype, copy=False)

@@ -1,150 +1,155 @@
 """Multi-head attention: H heads side by side, each attending in its own subspace.
 
-Shape glossary: B batch, H heads, T query positions, S key positions, D = d_model,
-Dh = d_model / H the size of one head.
+Shape glossary: B batch, H query heads, Hkv key/value heads, T query positions, S key
+positions, D = d_model, Dh = D / H the size of one head.
 
-:class:`MultiHeadAttention` projects the input into queries, keys and values, splits them into
-heads (:func:`split_heads`), runs the steps of attention in every head at once, and merges the
-heads back (:func:`merge_heads`) before the output projection. While generating, a
-:class:`KVCache` keeps the keys and values of the positions already seen.
+:class:`MultiHeadAttention` projects the input into queries, keys and values (three
+:class:`~transformer_np.Linear` maps), splits them into heads (:func:`split_heads`), runs the
+steps of attention in every head at once, merges the heads (:func:`merge_heads`) and projects
+the result (a fourth Linear). With ``n_kv_heads`` < ``n_heads`` it is grouped-query attention,
+and with ``rope_base`` it rotates queries and keys by their positions (RoPE), as in LLaMA.
+While generating, a :class:`KVCache` keeps the keys and values of the positions already seen.
+Pages: multi-head.md (the layer), modern-block.md (grouped queries and RoPE), decoding.md.
 """
 
 from __future__ import annotations
 
-import math
+import functools
 
 import numpy as np
 
-from ._validation import (
-    as_float_array,
-    check_bool,
-    check_broadcastable,
-    check_dtype,
-    check_finite,
-    check_ndim,
-    check_positive_int,
-    check_rng,
-    compute_dtype,
-    shape_str,
-)
-from .attention import as_bool_mask, attention_backward, check_bias, scaled_dot_product_attention
-from .module import Module, as_grad
+from ._checks.boundary import checked
+from ._checks.functions import check_merge_heads, check_split_heads
+from ._checks.general import as_grad
+from ._checks.models import check_kv_append, check_kv_length, check_mha_call, check_mha_init
+from .attention import attention_backward, scaled_dot_product_attention
+from .layers import Linear
+from .masks import causal_mask
+from .module import Module
+from .rope import apply_rope, rope_angles
 
-__all__ = ["KVCache", "MultiHeadAttention", "merge_heads", "project", "split_heads"]
+__all__ = ["KVCache", "MultiHeadAttention", "merge_heads", "split_heads"]
 
 
-# --8<-- [start:heads]
+@checked(check_split_heads)
+# --8<-- [start:split_heads]
 def split_heads(x, n_heads):
     """(B, T, D) -> (B, H, T, Dh): head h gets the features h*Dh .. (h+1)*Dh - 1."""
     B, T, D = x.shape
     return x.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)
 
 
+# --8<-- [end:split_heads]
+
+
+@checked(check_merge_heads)
+# --8<-- [start:merge_heads]
 def merge_heads(x):
     """(B, H, T, Dh) -> (B, T, D): the heads side by side again (the inverse of split_heads)."""
     B, H, T, Dh = x.shape
     return x.transpose(0, 2, 1, 3).reshape(B, T, H * Dh)
 
 
-# --8<-- [end:heads]
+# --8<-- [end:merge_heads]
 
 
 class KVCache:
     """The keys and values of one attention layer, kept between the steps of generation.
 
     Self-attention appends the keys and values of each new position; cross-attention fills
-    the cache once with the encoder output's and reads it at every step.
-
-    Parameters
-    ----------
-    max_len : int
-        The most positions the cache will hold (the buffers are allocated once, on the first
-        :meth:`append`).
-
-    Attributes
-    ----------
-    length : int
-        Positions stored so far (0 before the first step; set it to 0 to start again).
+    the cache once with the encoder output's and reads it at every step. The buffers, of
+    ``max_len`` positions, are allocated by the first :meth:`append`. ``length`` counts the
+    positions stored; setting it to a smaller value forgets the later ones (0 starts again,
+    and then another batch size or dtype may follow).
     """
 
     def __init__(self, max_len):
-        self.max_len = check_positive_int(max_len, "max_len")
-        self.length = 0
+        self.max_len = int(check_kv_length(max_len, "max_len", 1, None))
+        self._length = 0
         self._keys = self._values = None
 
     def __repr__(self):
         return f"KVCache(length={self.length}, max_len={self.max_len})"
 
+    @property
+    def length(self):
+        return self._length
+
+    @length.setter
+    def length(self, n):
+        self._length = check_kv_length(n, "length", 0, self._length)
+
     def append(self, k, v):
-        """Store k, v (B, H, n, Dh) after the stored positions; return all: (B, H, length, Dh)."""
+        """Store k, v (B, Hkv, n, Dh) after the stored positions; return all stored."""
+        check_kv_append(self, k, v)
         B, H, n, Dh = k.shape
-        t0 = self.length
-        if t0 + n > self.max_len:
-            raise ValueError(
-                f"the KVCache holds at most max_len = {self.max_len} positions, got "
-                f"{t0} stored + {n} new"
-            )
-        if self._keys is None or self._keys.shape[:2] != (B, H) or self._keys.dtype != k.dtype:
+        t0 = self._length
+        if t0 == 0:  # a new sequence: buffers for this batch size and dtype
             self._keys = np.empty((B, H, self.max_len, Dh), k.dtype)
             self._values = np.empty((B, H, self.max_len, Dh), v.dtype)
         self._keys[:, :, t0 : t0 + n] = k
         self._values[:, :, t0 : t0 + n] = v
-        self.length = t0 + n
+        self._length = t0 + n
         return self.stored()
 
     def stored(self):
-        """The stored keys and values, (B, H, length, Dh) each (views, no copy)."""
-        return self._keys[:, :, : self.length], self._values[:, :, : self.length]
+        """The stored keys and values, (B, Hkv, length, Dh) each (views, no copy)."""
+        if self._keys is None:
+            raise RuntimeError("the KVCache is empty: nothing was appended to it yet")
+        return self._keys[:, :, : self._length], self._values[:, :, : self._length]
 
 
-def project(x, W, b=None):
-    """``x @ W + b`` on 2-D ``x`` (N, D_in): one matrix product over all tokens."""
-    y = x @ W  # (N, D_in) @ (D_in, D_out) -> (N, D_out)
-    if b is not None:
-        y += b
-    return y
+def rope_table(n, d_head, base, dtype):
+    """cos and sin (N, Dh) of positions 0 .. N - 1 for RoPE, N = n rounded up to a power of 2.
+
+    Every layer rotates by the same angles: the table is computed once per size and shared,
+    read-only, so a table serves many steps of generation before a longer one is needed.
+    """
+    size = 1 << max(n - 1, 0).bit_length()
+    return angle_table(size, int(d_head), float(base), np.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=8)
+def angle_table(size, d_head, base, dtype):
+    """The table of :func:`rope_table`, kept per (size, head size, base, dtype)."""
+    cos, sin = rope_angles(np.arange(size), d_head, base, dtype=dtype)  # (size, Dh) each
+    cos.flags.writeable = sin.flags.writeable = False
+    return cos, sin
 
 
 class MultiHeadAttention(Module):
-    r"""Multi-head attention with its own parameters, created once.
+    r"""Multi-head attention: four Linear maps around the attention of every head at once.
 
-    Parameters
-    ----------
-    d_model : int
-        Model width D (> 0).
-    n_heads : int
-        Number of heads H (> 0); must divide ``d_model``. Each head has size Dh = D / H.
-    rng : np.random.Generator or int, optional
-        Source of randomness for the initial weights.
-    bias : bool, default True
-        Whether the four projections have biases ``b_q, b_k, b_v, b_o``.
-    dtype : {np.float64, np.float32}, default np.float64
-        dtype of the parameters.
-
-    Attributes
-    ----------
-    params : dict of str to ndarray
-        ``W_q, W_k, W_v, W_o`` of shape (D, D), applied as ``x @ W``; with ``bias=True`` also
-        ``b_q, b_k, b_v, b_o`` of shape (D,). The columns ``h*Dh:(h+1)*Dh`` of ``W_q`` (and
-        ``W_k``, ``W_v``) are head ``h``'s projection; the rows ``h*Dh:(h+1)*Dh`` of ``W_o``
-        read head ``h``'s output. Weights are Xavier/Glorot-uniform, biases zero.
-    d_model, n_heads, d_head : int
-
-    Notes
-    -----
     .. math:: \mathrm{MultiHead}(X_q, X_{kv}) = \mathrm{Concat}(\mathrm{head}_1, \dots,
               \mathrm{head}_H)\, W^O + b^O, \quad
               \mathrm{head}_h = \mathrm{Attention}(X_q W^Q_h + b^Q_h,\;
               X_{kv} W^K_h + b^K_h,\; X_{kv} W^V_h + b^V_h)
 
-    All heads are computed together: one (B*T, D) @ (D, D) product per projection, a
-    reshape to (B, H, T, Dh) (:func:`split_heads`), and batched attention over the (B, H)
-    axes; there is no Python loop over heads. The computation runs in the input's dtype
-    (float16 in float32).
+    Parameters
+    ----------
+    d_model : int
+        Model width D.
+    n_heads : int
+        Query heads H; must divide ``d_model``.
+    n_kv_heads : int, optional
+        Key/value heads Hkv, shared by groups of H / Hkv query heads (grouped-query
+        attention); must divide ``n_heads``. Default: ``n_heads``.
+    rope_base : float, optional
+        With a base theta, queries and keys are rotated by their positions (RoPE;
+        self-attention only, Dh even). Default: no rotation.
+    bias : bool, default True
+        Whether the four maps have biases.
+    rng : np.random.Generator or int, optional
+    dtype : {np.float64, np.float32}, default np.float64
+    init : bool, default True
+        Xavier-uniform weights and zero biases; False leaves all at zero (for a loader).
 
-    After each call ``self.cache`` holds what a backward pass needs (see :meth:`forward`).
-    While generating text, a :class:`KVCache` passed as ``kv_cache`` keeps the keys and values
-    of the positions already seen, so that each step projects only the new ones.
+    Attributes
+    ----------
+    q, k, v, o : Linear
+        The maps D -> D, D -> Hkv*Dh, D -> Hkv*Dh and D -> D.
+    params : NestedParams
+        Their parameters with the paper's names: ``W_q``, ``b_q``, ..., ``W_o``, ``b_o``.
 
     Examples
     --------
@@ -152,259 +157,143 @@ class MultiHeadAttention(Module):
     >>> from transformer_np import MultiHeadAttention
     >>> rng = np.random.default_rng(0)
     >>> mha = MultiHeadAttention(d_model=16, n_heads=4, rng=rng)
-    >>> x = rng.standard_normal((2, 5, 16))  # batch 2, 5 tokens
-    >>> out, w = mha(x)
+    >>> out, w = mha(rng.standard_normal((2, 5, 16)))  # batch 2, 5 tokens
     >>> out.shape, w.shape
     ((2, 5, 16), (2, 4, 5, 5))
     """
 
-    def __init__(self, d_model, n_heads, *, rng=None, bias=True, dtype=np.float64):
+    check_init, check_call = check_mha_init, check_mha_call
+
+    def __init__(
+        self, d_model, n_heads, *, n_kv_heads=None, rope_base=None, bias=True, rng=None,
+        dtype=np.float64, init=True,
+    ):  # fmt: skip
         super().__init__()
-        d_model = check_positive_int(d_model, "d_model")
-        n_heads = check_positive_int(n_heads, "n_heads")
-        if d_model % n_heads != 0:
-            raise ValueError(
-                f"d_model must be divisible by n_heads, got d_model = {d_model} and "
-                f"n_heads = {n_heads} (d_model / n_heads = {d_model / n_heads:g})"
-            )
-        check_bool(bias, "bias")
-        dtype = check_dtype(dtype)
-        rng = check_rng(rng)
-        self.d_model = d_model
-        self.n_heads = n_heads
-        self.d_head = d_model // n_heads
+        self.d_model, self.n_heads = int(d_model), int(n_heads)
+        self.n_kv_heads = self.n_heads if n_kv_heads is None else int(n_kv_heads)
+        self.d_head = self.d_model // self.n_heads
+        self.rope_base = None if rope_base is None else float(rope_base)
         self.has_bias = bool(bias)
-        # Xavier/Glorot uniform for a (D, D) map: U(-a, a), a = sqrt(6 / (fan_in + fan_out))
-        limit = math.sqrt(6.0 / (2 * d_model))
-        for name in ("W_q", "W_k", "W_v", "W_o"):
-            self.params[name] = rng.uniform(-limit, limit, (d_model, d_model)).astype(dtype)
-        if bias:
-            for name in ("b_q", "b_k", "b_v", "b_o"):
-                self.params[name] = np.zeros(d_model, dtype)
+        d_kv = self.n_kv_heads * self.d_head
+        rng = np.random.default_rng(rng)
+        kw = {"bias": bias, "rng": rng, "dtype": dtype, "init": "xavier" if init else "zeros"}
+        self.q = Linear(self.d_model, self.d_model, **kw)
+        self.k = Linear(self.d_model, d_kv, **kw)
+        self.v = Linear(self.d_model, d_kv, **kw)
+        self.o = Linear(self.d_model, self.d_model, **kw)
+        self.add_children(q=self.q, k=self.k, v=self.v, o=self.o)
+
+    @staticmethod
+    def join_key(child, key):
+        return f"{key}_{child}"  # the paper's names: "W" of the map "q" is "W_q"
+
+    @staticmethod
+    def split_key(name):
+        key, _, child = name.rpartition("_")
+        return child, key
 
     def __repr__(self):
+        extra = "" if self.n_kv_heads == self.n_heads else f", n_kv_heads={self.n_kv_heads}"
+        extra += "" if self.rope_base is None else f", rope_base={self.rope_base:g}"
         return (
-            f"MultiHeadAttention(d_model={self.d_model}, n_heads={self.n_heads}, "
+            f"MultiHeadAttention(d_model={self.d_model}, n_heads={self.n_heads}{extra}, "
             f"bias={self.has_bias})"
         )
 
-    def expected_shapes(self):
-        """The shape every parameter must have."""
-        d = self.d_model
-        shapes = {"W_q": (d, d), "W_k": (d, d), "W_v": (d, d), "W_o": (d, d)}
-        if self.has_bias:
-            shapes.update({"b_q": (d,), "b_k": (d,), "b_v": (d,), "b_o": (d,)})
-        return shapes
-
-    def checked_call(self, x_q, x_kv=None, mask=None, *, bias=None, kv_cache=None):
-        """Attend from ``x_q`` to ``x_kv`` (to ``x_q`` itself when ``x_kv`` is None).
-
-        Parameters
-        ----------
-        x_q : ndarray of shape (B, T, D) or (T, D)
-            The sequence that asks (queries).
-        x_kv : ndarray of shape (B, S, D) or (S, D), optional
-            The sequence that answers (keys and values); same rank and batch size as ``x_q``.
-            None means self-attention (``x_kv = x_q``).
-        mask : array_like of bool, optional
-            True = may attend. Broadcastable to (B, H, T, S) for 3-D input, (H, T, S) for 2-D
-            input: ``causal_mask(T)`` of shape (T, T), or ``padding_mask(lengths)`` of shape
-            (B, 1, 1, S).
-        bias : ndarray of float, optional
-            Additive bias with the same broadcasting as ``mask`` (keyword only).
-        kv_cache : KVCache, optional
-            For generation (see :meth:`forward`); 3-D input only.
-
-        Returns
-        -------
-        output : ndarray of shape (B, T, D) or (T, D)
-        weights : ndarray of shape (B, H, T, S) or (H, T, S), or None with a ``kv_cache``
-        """
-        x_q, x_kv, mask, bias, squeeze = self.check_inputs(x_q, x_kv, mask, bias, kv_cache)
-        out_dtype = np.result_type(x_q, x_kv) if x_kv is not None else x_q.dtype
-        dt = compute_dtype(out_dtype)
-        x_q = x_q.astype(dt, copy=False)
-        x_kv = None if x_kv is None else x_kv.astype(dt, copy=False)
-        out, weights = self.run_or_blame(
-            self.forward, x_q, x_kv, mask, bias=bias, kv_cache=kv_cache
-        )
-        self.cache["squeeze"] = squeeze
-        if squeeze:
-            out, weights = out[0], weights[0]  # (1, T, D) -> (T, D), (1, H, T, S) -> (H, T, S)
-        weights = None if weights is None else weights.astype(out_dtype, copy=False)
-        return out.astype(out_dtype, copy=False), weights
-
     # --8<-- [start:mha_forward]
     def forward(self, x_q, x_kv=None, mask=None, *, bias=None, kv_cache=None):
-        """Multi-head attention on checked input: x_q (B, T, D), x_kv (B, S, D) or None.
+        """x_q (B, T, D), x_kv (B, S, D) or None (self-attention) -> (B, T, D), weights.
 
-        With a ``kv_cache`` (generation, no backward pass): in self-attention the new keys
-        and values are appended to the cache and the T new queries attend to every cached
-        position and, causally, to each other; in cross-attention the cache is filled with
-        the projections of ``x_kv`` on the first call and reused after it.
+        With a ``kv_cache`` (generation, no backward pass), self-attention appends the new
+        keys and values to the cache, and the T new queries see every cached position and,
+        causally, each other; cross-attention projects ``x_kv`` once, on the first call.
         """
         B, T, D = x_q.shape
-        H = self.n_heads
-        p = {name: w.astype(x_q.dtype, copy=False) for name, w in self.params.items()}
+        H, Hkv = self.n_heads, self.n_kv_heads
         self_attention = x_kv is None  # the sequence answers itself
         x_kv = x_q if self_attention else x_kv
-        S = x_kv.shape[1]
-        # 1. projections: one matrix product over all tokens of the batch for each
-        xq2 = x_q.reshape(B * T, D)  # (B, T, D) -> (B*T, D)
-        xkv2 = xq2 if self_attention else x_kv.reshape(B * S, D)  # (B, S, D) -> (B*S, D)
-        q = project(xq2, p["W_q"], p.get("b_q"))  # (B*T, D) @ (D, D) -> (B*T, D)
-        # 2. split the heads: (B*T, D) -> (B, T, D) -> (B, H, T, Dh)
-        q = split_heads(q.reshape(B, T, D), H)  # (B, H, T, Dh)
-        if kv_cache is not None and not self_attention and kv_cache.length:
+        start = 0 if kv_cache is None else kv_cache.length  # positions already cached
+        # 1. projections, split into heads: (B, T, D) -> (B, H, T, Dh)
+        q = split_heads(self.q.forward(x_q), H)
+        if kv_cache is not None and not self_attention and start:
             k, v = kv_cache.stored()  # cross-attention: the encoder's, projected once
         else:
-            k = split_heads(project(xkv2, p["W_k"], p.get("b_k")).reshape(B, S, D), H)
-            v = split_heads(project(xkv2, p["W_v"], p.get("b_v")).reshape(B, S, D), H)
-            if kv_cache is not None:  # (B, H, S, Dh) -> (B, H, stored + S, Dh)
-                if self_attention and T > 1:  # causal: new query i sees the stored keys and
-                    t0 = kv_cache.length  # the new ones up to its own position t0 + i
-                    mask = np.arange(t0 + T)[None, :] <= t0 + np.arange(T)[:, None]  # (T, t0+T)
+            k = split_heads(self.k.forward(x_kv), Hkv)  # (B, S, D) -> (B, Hkv, S, Dh)
+            v = split_heads(self.v.forward(x_kv), Hkv)
+            if self.rope_base is not None:  # 2. rotary positions, after the cached ones
+                q, k = self.rotate(q, start), self.rotate(k, start)
+            if kv_cache is not None:  # (B, Hkv, S, Dh) -> (B, Hkv, start + S, Dh)
                 k, v = kv_cache.append(k, v)
+                if self_attention and T > 1:  # new query i sees keys up to start + i
+                    causal = causal_mask(T, offset=start)  # (T, start + T)
+                    mask = causal if mask is None else mask & causal
         # 3. attention in every head at once
         need_weights = kv_cache is None  # only a backward pass needs them
-        ctx, weights = scaled_dot_product_attention(
-            q, k, v, mask, bias=bias, need_weights=need_weights
-        )
-        # 4. concatenate the heads and project: (B, H, T, Dh) -> (B, T, D) -> (B*T, D)
-        context = merge_heads(ctx).reshape(B * T, D)
-        out = project(context, p["W_o"], p.get("b_o"))  # (B*T, D) @ (D, D) -> (B*T, D)
-        # for backward(): the inputs, the heads, the weights, the concatenated heads
-        self.cache = {"x_q": xq2, "x_kv": xkv2, "q": q, "k": k, "v": v, "weights": weights}
-        self.cache.update(context=context, shape=(B, T, S), squeeze=False)
-        self.cache.update(self_attention=self_attention, dtype=x_q.dtype)
-        return out.reshape(B, T, D), weights  # (B, T, D), (B, H, T, S)
+        ctx, weights = self.attend(q, k, v, mask, bias, need_weights)
+        # 4. concatenate the heads and project: (B, H, T, Dh) -> (B, T, D)
+        out = self.o.forward(merge_heads(ctx))
+        self.cache = {"q": q, "k": k, "v": v, "weights": weights, "shape": (B, T, k.shape[2])}
+        self.cache.update(self_attention=self_attention)
+        return out, weights  # (B, T, D), (B, H, T, S)
 
     # --8<-- [end:mha_forward]
 
-    def check_inputs(self, x_q, x_kv, mask, bias, kv_cache):
-        """The arguments of a call checked, and 2-D input given a batch axis of 1."""
-        x_q = self._check_sequence(x_q, "x_q")
-        if x_kv is not None:
-            x_kv = self._check_sequence(x_kv, "x_kv")
-            if x_kv.ndim != x_q.ndim:
-                raise ValueError(
-                    f"x_q and x_kv must have the same rank, got x_q {shape_str(x_q.shape)} "
-                    f"and x_kv {shape_str(x_kv.shape)}"
-                )
-            if x_q.ndim == 3 and x_kv.shape[0] != x_q.shape[0]:
-                raise ValueError(
-                    f"x_q and x_kv must have the same batch size, got x_q "
-                    f"{shape_str(x_q.shape)} and x_kv {shape_str(x_kv.shape)}"
-                )
-        squeeze = x_q.ndim == 2
-        if kv_cache is not None:
-            if not isinstance(kv_cache, KVCache):
-                raise TypeError(f"kv_cache must be a KVCache, got {type(kv_cache).__name__}")
-            if squeeze:
-                raise ValueError("a kv_cache needs 3-D input (B, T, D)")
-        T = x_q.shape[-2]
-        S = T if x_kv is None else x_kv.shape[-2]
-        B = x_q.shape[0]
-        scores_shape = (self.n_heads, T, S) if squeeze else (B, self.n_heads, T, S)
-        desc = "the attention scores " + ("(H, T, S) =" if squeeze else "(B, H, T, S) =")
-        if mask is not None:
-            mask = as_bool_mask(mask)
-            check_broadcastable(mask.shape, scores_shape, "mask", desc)
-        if bias is not None:
-            bias = check_bias(bias, scores_shape, desc)
-        if squeeze:
-            x_q = x_q[None]  # (T, D) -> (1, T, D)
-            x_kv = None if x_kv is None else x_kv[None]
-        return x_q, x_kv, mask, bias, squeeze
+    # --8<-- [start:mha_grouped]
+    def rotate(self, x, start):
+        """RoPE on x (B, heads, T, Dh): position start + t turned by its angles."""
+        T = x.shape[2]
+        cos, sin = rope_table(start + T, self.d_head, self.rope_base, x.dtype)
+        return apply_rope.unchecked(x, cos[start : start + T], sin[start : start + T])
 
-    def _check_sequence(self, x, name):
-        x = as_float_array(x, name)
-        check_ndim(x, name, (2, 3), "(T, d_model) or (B, T, d_model)")
-        if x.shape[-1] != self.d_model:
-            raise ValueError(
-                f"{name} must have last dimension d_model = {self.d_model}, "
-                f"got shape {shape_str(x.shape)}"
+    def attend(self, q, k, v, mask, bias, need_weights):
+        """The attention of q (B, H, T, Dh) to k, v (B, Hkv, S, Dh); grouped when Hkv < H."""
+        B, H, T, Dh = q.shape
+        Hkv, S = k.shape[1], k.shape[2]
+        if Hkv == H:
+            return scaled_dot_product_attention.unchecked(
+                q, k, v, mask, bias=bias, need_weights=need_weights
             )
-        if x.shape[-2] == 0:
-            raise ValueError(f"{name} must hold at least one position, got {shape_str(x.shape)}")
-        check_finite(x, name)
-        return x
+        # the G = H / Hkv query heads of a group as the rows of one attention on its keys:
+        # head h = g*G + j reads key/value head g; the keys are never copied G times
+        G = H // Hkv
+        q = q.reshape(B, Hkv, G * T, Dh)
+        if mask is not None:  # broadcastable to (B, H, T, S) -> (B, Hkv, G*T, S)
+            mask = np.broadcast_to(mask, (B, H, T, S)).reshape(B, Hkv, G * T, S)
+        if bias is not None:
+            bias = np.broadcast_to(bias, (B, H, T, S)).reshape(B, Hkv, G * T, S)
+        ctx, w = scaled_dot_product_attention.unchecked(
+            q, k, v, mask, bias=bias, need_weights=need_weights
+        )
+        return ctx.reshape(B, H, T, Dh), None if w is None else w.reshape(B, H, T, S)
+
+    # --8<-- [end:mha_grouped]
 
     def backward(self, grad_output):
-        r"""Backward pass of the last call.
+        r"""dL/d(output) (B, T, D) -> dL/dx (self-attention) or (dL/dx_q, dL/dx_kv).
 
-        Parameters
-        ----------
-        grad_output : ndarray of shape (B, T, D) or (T, D)
-            dL/d(output) (the gradient of the first returned array; the weights are treated as
-            a by-product, not an output to differentiate).
-
-        Returns
-        -------
-        ndarray of shape (B, T, D), or a tuple of two
-            Self-attention: dL/dx, the three paths (query, key, value) summed. Cross-attention
-            (``x_kv`` given): ``(dL/dx_q, dL/dx_kv)`` with shapes (B, T, D) and (B, S, D).
-            ``self.grads`` gets every key of ``params``.
-
-        Notes
-        -----
-        Per head, with :math:`S = Q K^\top / \sqrt{d_k}`, :math:`A = \mathrm{softmax}(S)` (rows)
-        and :math:`O = A V`; :math:`G = \partial L / \partial O`:
-
-        .. math::
-            \frac{\partial L}{\partial V} = A^\top G, \qquad
-            \frac{\partial L}{\partial A} = G V^\top, \\
-            \frac{\partial L}{\partial S_{ij}} = A_{ij}\left(\frac{\partial L}{\partial A_{ij}}
-                - \sum_k A_{ik} \frac{\partial L}{\partial A_{ik}}\right), \\
-            \frac{\partial L}{\partial Q} = \frac{1}{\sqrt{d_k}}
-                \frac{\partial L}{\partial S} K, \qquad
-            \frac{\partial L}{\partial K} = \frac{1}{\sqrt{d_k}}
-                \left(\frac{\partial L}{\partial S}\right)^\top Q
-
-        The third line is the softmax Jacobian :math:`\partial A_{ij} / \partial S_{il} =
-        A_{ij} (\delta_{jl} - A_{il})` applied row by row, never built as a matrix. A blocked
-        key has :math:`A_{ij} = 0`, so its score gets gradient exactly 0 (a mask is a constant).
-        The projections are Linear maps: :math:`\partial L / \partial W^Q = X_q^\top
-        (\partial L / \partial Q)` and so on, with the heads merged back to (B*T, D).
+        The attention's own backward is :func:`~transformer_np.attention_backward`; the four
+        maps are Linear layers, each with its own backward. A 2-D ``grad_output`` (T, D)
+        answers a call on 2-D input, and gives 2-D gradients back.
         """
         c = self.saved()
+        if self.n_kv_heads != self.n_heads or self.rope_base is not None:
+            raise NotImplementedError(
+                "MultiHeadAttention with n_kv_heads or rope_base has no backward pass: it runs "
+                "pretrained models (inference only); train with MultiHeadAttention(d_model, "
+                "n_heads)"
+            )
         B, T, S = c["shape"]
-        H, D = self.n_heads, self.d_model
-        dt = c["dtype"]
-        g2 = as_grad(grad_output, (T, D) if c["squeeze"] else (B, T, D), dt)
-        g2 = g2.reshape(B * T, D)  # (B, T, D) -> (B*T, D)
-        p = {name: w.astype(dt, copy=False) for name, w in self.params.items()}
-        grads = {}
-        # 4. output projection: out = context @ W_o + b_o
-        grads["W_o"] = c["context"].T @ g2  # (D, B*T) @ (B*T, D) -> (D, D)
-        if self.has_bias:
-            grads["b_o"] = g2.sum(axis=0)
-        dctx = g2 @ p["W_o"].T  # (B*T, D) @ (D, D) -> (B*T, D)
-        dctx = split_heads(dctx.reshape(B, T, D), H)  # (B*T, D) -> (B, H, T, Dh)
-        # 3. attention in every head: ctx = softmax(q k^T / sqrt(Dh) + bias, mask) v
-        dq, dk, dv = attention_backward(dctx, c["q"], c["k"], c["v"], c["weights"])
-        # 2. merge the heads back
-        dq = merge_heads(dq).reshape(B * T, D)  # (B, H, T, Dh) -> (B*T, D)
-        dk = merge_heads(dk).reshape(B * S, D)  # (B, H, S, Dh) -> (B*S, D)
-        dv = merge_heads(dv).reshape(B * S, D)  # (B, H, S, Dh) -> (B*S, D)
-        # 1. input projections
-        xq2, xkv2 = c["x_q"], c["x_kv"]  # (B*T, D), (B*S, D)
-        grads["W_q"] = xq2.T @ dq  # (D, B*T) @ (B*T, D) -> (D, D)
-        grads["W_k"] = xkv2.T @ dk  # (D, B*S) @ (B*S, D) -> (D, D)
-        grads["W_v"] = xkv2.T @ dv
-        if self.has_bias:
-            grads["b_q"] = dq.sum(axis=0)
-            grads["b_k"] = dk.sum(axis=0)
-            grads["b_v"] = dv.sum(axis=0)
-        self.grads = {
-            name: grads[name].astype(self.params[name].dtype, copy=False) for name in self.params
-        }
-        dxq = dq @ p["W_q"].T  # (B*T, D) @ (D, D) -> (B*T, D)
-        dxkv = dk @ p["W_k"].T  # (B*S, D)
-        dxkv += dv @ p["W_v"].T
-        q_shape = (T, D) if c["squeeze"] else (B, T, D)
+        unbatched = np.ndim(grad_output) == 2 and B == 1
+        g = as_grad(grad_output, (T, self.d_model) if unbatched else (B, T, self.d_model),
+                    c["q"].dtype).reshape(B, T, self.d_model)  # fmt: skip
+        # 4. output projection, then the heads apart again: (B, T, D) -> (B, H, T, Dh)
+        dctx = split_heads(self.o.backward(g), self.n_heads)
+        # 3. attention in every head
+        dq, dk, dv = attention_backward.unchecked(dctx, c["q"], c["k"], c["v"], c["weights"])
+        # 2. and 1. the heads merged, through the three projections
+        dx_q = self.q.backward(merge_heads(dq))  # (B, T, D)
+        dx_kv = self.k.backward(merge_heads(dk)) + self.v.backward(merge_heads(dv))  # (B, S, D)
         if c["self_attention"]:
-            dxq += dxkv  # x is query, key and value at once: the three paths add up
-            return dxq.reshape(q_shape)
-        kv_shape = (S, D) if c["squeeze"] else (B, S, D)
-        return dxq.reshape(q_shape), dxkv.reshape(kv_shape)
+            dx_q += dx_kv  # x is query, key and value at once: the three paths add up
+            return dx_q[0] if unbatched else dx_q
+        return (dx_q[0], dx_kv[0]) if unbatched else (dx_q, dx_kv)

@@ -18,14 +18,11 @@ __all__ = [
     "all_finite",
     "as_typed_array",
     "check_axis",
-    "check_block_input",
     "check_bool",
     "check_broadcastable",
     "check_dtype",
     "check_finite",
-    "check_ids",
     "check_last_dim",
-    "check_memory",
     "check_ndim",
     "check_normalised",
     "check_positive_float",
@@ -100,11 +97,15 @@ def check_dtype(dtype, name: str = "dtype") -> np.dtype:
 
 
 def check_rng(rng) -> np.random.Generator:
-    """Return a Generator: ``rng`` itself, a fresh one for None, or one seeded by an int."""
+    """Return a Generator: ``rng`` itself, a fresh one for None, or one seeded by an int >= 0."""
     if isinstance(rng, np.random.Generator):
         return rng
-    if rng is None or (isinstance(rng, numbers.Integral) and not isinstance(rng, bool)):
-        return np.random.default_rng(rng)
+    if rng is None:
+        return np.random.default_rng()
+    if isinstance(rng, numbers.Integral) and not isinstance(rng, bool | np.bool_):
+        if rng < 0:
+            raise ValueError(f"rng must be a np.random.Generator, a seed >= 0 or None, got {rng}")
+        return np.random.default_rng(int(rng))
     raise TypeError(
         f"rng must be a np.random.Generator, an int seed or None, got {type(rng).__name__}"
     )
@@ -148,6 +149,10 @@ def compute_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)
 
 
+class NotFiniteError(ValueError):
+    """NaN or inf where finite numbers are needed: in an input, a parameter, or a result."""
+
+
 def check_finite(x: np.ndarray, name: str, *, allow_neg_inf: bool = False) -> None:
     """Raise ValueError if ``x`` holds NaN or +-inf (or only NaN/+inf when ``allow_neg_inf``).
 
@@ -172,7 +177,7 @@ def check_finite(x: np.ndarray, name: str, *, allow_neg_inf: bool = False) -> No
             return
         what = "NaN" if np.isnan(x).any() else "+inf"
     first = first_index(bad)
-    raise ValueError(
+    raise NotFiniteError(
         f"{name} contains {what} ({int(bad.sum())} of {x.size} values, first at index {first}); "
         "expected finite values" + (" (-inf is allowed)" if allow_neg_inf else "")
     )
@@ -292,7 +297,7 @@ def check_softmax_input(x, axis, what: str) -> tuple[np.ndarray, int]:
 def check_normalised(rstd: np.ndarray, x: np.ndarray, name: str) -> None:
     """Raise ValueError if a row of finite ``x`` was too large for its dtype's layer norm.
 
-    ``rstd`` is the ``1 / sqrt(var + eps)`` of ``functional.layer_norm_forward``, one value per
+    ``rstd`` is the ``1 / sqrt(var + eps)`` of ``functional.layer_norm``, one value per
     row: an overflow of the mean or the variance makes it NaN or 0 (and the output wrong: a row
     of zeros or NaN), so checking these few values is enough.
     """
@@ -331,57 +336,18 @@ def grad_arrays(grads, name="grads", *, in_place=False):
     return arrays
 
 
-def check_block_input(x, d_model, ndims=(2, 3)):
-    """A block's input: a finite float array (T, D) or (B, T, D)."""
-    x = as_float_array(x, "x")
-    meaning = "(T, d_model) or (B, T, d_model)" if ndims == (2, 3) else "(B, T, d_model)"
-    check_ndim(x, "x", ndims, meaning)
-    if x.shape[-1] != d_model:
-        raise ValueError(
-            f"x must have last dimension d_model = {d_model}, got shape {shape_str(x.shape)}"
-        )
-    check_finite(x, "x")
-    return x
+def as_grad(grad_output, shape, dtype, name: str = "grad_output") -> np.ndarray:
+    """``grad_output`` as a finite float array of the last output's ``shape``, in ``dtype``.
 
-
-def check_memory(memory, batch, d_model):
-    """The encoder output given to a decoder: a finite float array (batch, S, d_model)."""
-    if memory is None:
-        raise TypeError(
-            "memory must be the encoder output, a float array of shape (B, S, d_model), got None"
-        )
-    memory = as_float_array(memory, "memory")
-    check_ndim(memory, "memory", (3,), "the encoder output, of shape (B, S, d_model)")
-    check_last_dim(memory, "memory", d_model, "d_model")
-    if memory.shape[0] != batch:
-        raise ValueError(
-            f"memory must have the batch size of the target input ({batch}), "
-            f"got shape {shape_str(memory.shape)}"
-        )
-    check_finite(memory, "memory")
-    return memory
-
-
-def check_ids(ids, name, vocab_size, max_len, *, limit="the positional table",
-              fix="build the model with a larger max_len"):  # fmt: skip
-    """Token ids as a 2-D integer array (B, T) with values in [0, vocab) and T <= max_len.
-
-    ``limit`` and ``fix`` name, in the error for a sequence too long, what ``max_len`` is and
-    what to do about it.
+    A NaN gradient would silently become NaN in every gradient below it.
     """
-    arr = as_typed_array(ids, name, "iu", "an array of integer token ids")
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must have shape (B, T) (a batch of sequences), got {arr.shape}")
-    if arr.shape[0] == 0 or arr.shape[1] == 0:
-        raise ValueError(f"{name} must hold at least one sequence of one token, got {arr.shape}")
-    if arr.shape[1] > max_len:
+    g = np.asarray(grad_output)
+    if g.dtype.kind != "f":
+        raise TypeError(f"{name} must be a floating-point array, got dtype {g.dtype}")
+    if tuple(g.shape) != tuple(shape):
         raise ValueError(
-            f"{name} has sequences of length {arr.shape[1]}, longer than {limit} "
-            f"(max_len = {max_len}); {fix}"
+            f"{name} must have the shape of the last output {shape_str(shape)}, "
+            f"got {shape_str(g.shape)}"
         )
-    lo, hi = int(arr.min()), int(arr.max())
-    if lo < 0 or hi >= vocab_size:
-        raise ValueError(
-            f"{name} must hold token ids in [0, {vocab_size}), got values from {lo} to {hi}"
-        )
-    return arr
+    check_finite(g, name)
+    return g.astype(dtype, copy=False)
