@@ -1,5 +1,5 @@
-"""attention.py: scaled dot-product attention (attention_steps, scaled_dot_product_attention)
-and its input checks.
+"""attention.py: scaled dot-product attention (attention_steps, scaled_dot_product_attention,
+attention_backward) and its input checks.
 
 Sections: values (against the formula read row by row, masks and biases, dtypes, and the
 properties the chapters state, with hypothesis), errors (bad input gets a ValueError or
@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transformer_np import (
+    attention_backward,
     attention_steps,
     causal_mask,
     padding_mask,
@@ -432,6 +433,64 @@ def test_need_weights_must_be_a_bool():
     assert w is None
     out_tol, _ = attention_bound(q, k, v)
     assert_within(out, scaled_dot_product_attention(q, k, v)[0], 2 * out_tol, "no weights")
+
+
+def error_of(fn, *args, **kwargs):
+    """(type, message) of the TypeError or ValueError that ``fn(*args, **kwargs)`` raises."""
+    with pytest.raises((TypeError, ValueError)) as info:
+        fn(*args, **kwargs)
+    return info.type, str(info.value)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"k": np.zeros((2, 6, 16))},  # d_k of q and k
+        {"v": np.zeros((2, 7, 4))},  # n_k of k and v
+        {"q": np.ones(8)},  # rank 1
+        {"q": Q.astype(int)},  # integers
+        {"q": np.where(Q > 1, np.nan, Q)},  # NaN
+        {"mask": np.ones((5, 5), bool)},  # a mask of the wrong shape
+        {"mask": np.full((5, 6), 0.5)},  # an additive mask given as mask
+        {"bias": np.zeros(4)},  # a bias of the wrong shape
+    ],
+    ids=["d_k", "n_k", "rank-1", "int", "nan", "mask-shape", "float-mask", "bias-shape"],
+)
+def test_attention_steps_checks_its_input_as_sdpa_does(bad):
+    args = {"q": Q, "k": K, "v": V} | bad
+    assert error_of(attention_steps, **args) == error_of(scaled_dot_product_attention, **args)
+
+
+def test_attention_backward_checks_the_shapes_of_the_forward_pass():
+    rng = np.random.default_rng(3)
+    _, w = scaled_dot_product_attention(Q, K, V)  # (2, 5, 6)
+    g = rng.standard_normal((2, 5, 4))  # dL/doutput
+    dq, dk, dv = attention_backward(g, Q, K, V, w)
+    assert (dq.shape, dk.shape, dv.shape) == (Q.shape, K.shape, V.shape)
+    with pytest.raises(
+        ValueError, match=r"weights must be the forward's weights .*\(2, 5, 6\), got \(2, 6, 5\)"
+    ):
+        attention_backward(g, Q, K, V, w.swapaxes(-1, -2))
+    with pytest.raises(
+        ValueError, match=r"grad_output must be dL/doutput .*\(2, 5, 4\), got \(2, 5, 8\)"
+    ):
+        attention_backward(np.zeros((2, 5, 8)), Q, K, V, w)
+    with pytest.raises(ValueError, match=r"k and v .* n_k"):
+        attention_backward(g, Q, K, V[:, :5], w)
+    with pytest.raises(ValueError, match=r"grad_output contains NaN"):
+        attention_backward(np.where(g > 1, np.nan, g), Q, K, V, w)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_sdpa_unchecked_is_the_same_computation(need_weights):
+    """The layers call the plain body, on inputs they checked: the same numbers."""
+    mask = causal_mask(6)[1:]  # (5, 6)
+    out, w = scaled_dot_product_attention(Q, K, V, mask, need_weights=need_weights)
+    raw_out, raw_w = scaled_dot_product_attention.unchecked(
+        Q, K, V, mask, need_weights=need_weights
+    )
+    np.testing.assert_array_equal(raw_out, out)
+    assert (raw_w is None and w is None) or np.array_equal(raw_w, w)
 
 
 # ============================================================================================

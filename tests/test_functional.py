@@ -434,6 +434,24 @@ def test_layer_norm_keeps_dtype_and_normalises(dtype):
     assert_within(y.var(-1), var_in / (var_in + 1e-12), var_tol, "variance")
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_layer_norm_with_stats_gives_what_a_backward_pass_needs(dtype):
+    x = (np.random.default_rng(4).standard_normal((2, 3, 8)) * 3 + 1).astype(dtype)
+    g, b = np.linspace(0.5, 2, 8), np.linspace(-1, 1, 8)
+    y, x_hat, rstd = layer_norm(x, g, b, with_stats=True)
+    np.testing.assert_array_equal(y, layer_norm(x, g, b))  # the same y, in x's dtype
+    assert y.dtype == dtype and x_hat.shape == (2, 3, 8) and rstd.shape == (2, 3, 1)
+    # the same steps: x_hat times gamma plus beta is y before its cast to x's dtype
+    dt = x_hat.dtype  # float16 is computed in float32
+    np.testing.assert_array_equal((x_hat * g.astype(dt) + b.astype(dt)).astype(dtype), y)
+    x64 = x.astype(np.float64)
+    var = np.mean((x64 - x64.mean(-1, keepdims=True)) ** 2, axis=-1, keepdims=True)
+    expected = 1 / np.sqrt(var + 1e-5)
+    # the sum of D squares (D roundings, the centring's error being second order), the
+    # division by D, + eps, sqrt and reciprocal: D + 4, doubled for the squares' own rounding
+    assert_within(rstd, expected, rounding_tol(dt, 2 * (8 + 4), expected), "rstd")
+
+
 def test_layer_norm_of_a_constant_row_is_beta_not_nan():
     y = layer_norm(np.full((1, 4), 7.0), np.ones(4), np.arange(4.0))
     np.testing.assert_array_equal(y, [[0.0, 1.0, 2.0, 3.0]])
@@ -532,6 +550,11 @@ def test_layer_norm_of_a_0d_array_asks_for_a_feature_axis():
         layer_norm(np.array(1.0), np.ones(1), np.zeros(1))
 
 
+def test_layer_norm_of_a_zero_size_feature_axis_says_so():
+    with pytest.raises(ValueError, match=r"x must have at least one feature .*got shape \(3, 0\)"):
+        layer_norm(np.zeros((3, 0)), np.ones(0), np.zeros(0))
+
+
 def test_softmax_errors():
     with pytest.raises(TypeError, match="x must be a floating-point array"):
         softmax(np.array([1, 2, 3]))
@@ -554,6 +577,15 @@ def test_elementwise_function_errors():
         erf(np.array([np.nan]))
     with pytest.raises(TypeError, match="x must be a floating-point array"):
         gelu(np.arange(3))
+
+
+def test_gelu_approximate_must_be_a_flag_or_a_name_not_an_array():
+    match = r'approximate must be False, True, "none" or "tanh", got an array of shape \(3,\)'
+    with pytest.raises(TypeError, match=match):
+        gelu(np.zeros(3), approximate=np.array([True, False, True]))
+    with pytest.raises(TypeError, match=r"approximate must be .*got 1 \(int\)"):
+        gelu(np.zeros(3), approximate=1)  # a flag is True or False, as with_slope's
+    np.testing.assert_array_equal(gelu(np.ones(3), np.True_), gelu(np.ones(3), "tanh"))
 
 
 def test_layer_norm_function_errors():

@@ -1,9 +1,9 @@
 """The guards of the docs suite catch the faults they exist for (tested on made-up pages).
 
 The real pages are checked by test_docs.py and test_parity.py; here each detector is shown a page
-with one fault and must report it, and a sound page must pass. One guard has no home elsewhere and
-checks the real pages here too: every exercise solution (a ``??? success`` admonition) holds a
-block that the tests run.
+with one fault and must report it, and a sound page must pass. Two guards have no home elsewhere
+and check the real pages here too: every exercise solution (a ``??? success`` admonition) holds a
+block that the tests run, and every snippet section of ``src/`` is included by a page.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 from doctools import (
     DOCS,
     LANGUAGES,
+    ROOT,
     normalise_output,
     orphan_outputs,
     outside_fences,
@@ -216,3 +217,50 @@ def test_a_solution_that_runs_is_not_reported():
     # ... and the same page with one solution broken is reported at that solution's line
     broken = page.replace(f"Prose first.\n\n    {F}python", f"Prose first.\n\n    {F}py")
     assert solutions_that_do_not_run(broken) == [17]
+
+
+# --------------------------------------------------------------------------------------------
+# Every snippet section of src/ is included by a page, in each language. A ``--8<-- [start:x]``
+# marker tells a reader of the source "a page shows this"; a section that no page includes is an
+# orphan, and its markers are noise (or a page lost its include).
+
+SECTION = re.compile(r"--8<--\s*\[start:(?P<name>[\w-]+)\]")
+INCLUDE = re.compile(r'--8<--\s*"(?P<path>src/[^":]+):(?P<name>[\w-]+)"')
+
+
+def orphan_sections(sources: dict[str, str], page_texts: list[str]) -> list[str]:
+    """``path:name`` of every section of ``sources`` (path -> text) that no page includes."""
+    included = {(m["path"], m["name"]) for text in page_texts for m in INCLUDE.finditer(text)}
+    return [
+        f"{path}:{m['name']}"
+        for path, text in sorted(sources.items())
+        for m in SECTION.finditer(text)
+        if (path, m["name"]) not in included
+    ]
+
+
+def test_a_section_that_no_page_includes_is_reported():
+    sources = {
+        "src/a.py": "# --8<-- [start:f]\ndef f(): ...\n# --8<-- [end:f]\n",
+        "src/b.py": "    # --8<-- [start:g]\n    def g(self): ...\n    # --8<-- [end:g]\n",
+    }
+    page = f'{F}python\n--8<-- "src/a.py:f"\nf()\n{F}\n'
+    assert orphan_sections(sources, [page]) == ["src/b.py:g"]
+    assert orphan_sections(sources, [page, page.replace("a.py:f", "b.py:g")]) == []
+    wrong_file = page.replace("a.py:f", "b.py:f")  # the name alone is not enough
+    assert orphan_sections(sources, [wrong_file]) == ["src/a.py:f", "src/b.py:g"]
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_snippet_section_of_src_is_included_by_a_page(lang):
+    sources = {
+        path.relative_to(ROOT).as_posix(): path.read_text(encoding="utf-8")
+        for path in sorted((ROOT / "src").rglob("*.py"))
+    }
+    assert any(SECTION.search(text) for text in sources.values())  # not passing by finding none
+    page_texts = [path.read_text(encoding="utf-8") for path in pages(lang)]
+    orphans = orphan_sections(sources, page_texts)
+    assert not orphans, (
+        f"these snippet sections of src/ are included by no page of docs/{lang}: {orphans}; "
+        "include them in a page or remove their --8<-- markers"
+    )

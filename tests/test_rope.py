@@ -124,6 +124,40 @@ def test_float_positions_are_refused():
         rope_angles([0.5, 1.0], 8)
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.float16, "complex128"])
+def test_angles_are_refused_in_a_dtype_that_is_not_float32_or_float64(dtype):
+    # an integer dtype would truncate cos and sin to -1, 0 and 1, in silence
+    with pytest.raises(TypeError, match="dtype must be np.float32 or np.float64, got"):
+        rope_angles(np.arange(3), 8, dtype=dtype)
+
+
+@pytest.mark.parametrize(
+    ("x", "error", "match"),
+    [
+        (np.arange(4), TypeError, "x must be a floating-point array"),
+        (np.array(1.0), ValueError, r"x must have shape \(\.\.\., Dh\), got shape \(\)"),
+        (np.ones((2, 5)), ValueError, r"x must have an even, non-zero last axis Dh .*\(2, 5\)"),
+    ],
+    ids=["int", "0-d", "odd"],
+)
+def test_rotate_half_needs_floats_in_pairs(x, error, match):
+    with pytest.raises(error, match=match):
+        rotate_half(x)
+
+
+def test_apply_rope_needs_cos_and_sin_of_the_positions_and_head_size_of_x(rng):
+    x = rng.standard_normal((2, 5, 8))  # (B, T, Dh)
+    cos, sin = rope_angles(np.arange(5), 8)  # (5, 8)
+    with pytest.raises(ValueError, match=r"cos of shape \(4, 8\) does not broadcast to x"):
+        apply_rope(x, cos[:4], sin[:4])  # 4 positions for 5
+    with pytest.raises(ValueError, match=r"cos and sin must have the same shape .*\(5, 4\)"):
+        apply_rope(x, cos, sin[:, :4])
+    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., T, Dh\), got shape \(8,\)"):
+        apply_rope(x[0, 0], cos, sin)
+    with pytest.raises(ValueError, match=r"x must have an even, non-zero last axis Dh"):
+        apply_rope(x[..., :7], cos[:, :7], sin[:, :7])
+
+
 # ============================================================================================
 # reference (Hugging Face transformers)
 # ============================================================================================

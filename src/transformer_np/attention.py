@@ -3,27 +3,25 @@
 Shape glossary: B batch, H heads, T (or n_q) query positions, S (or n_k) key positions,
 D = d_model, Dh = d_model / H the size of one head.
 
-:func:`attention_steps` is the computation written plainly, step by step, as the pages teach it.
-:func:`scaled_dot_product_attention` checks its inputs once and runs the same steps in place,
-and on big problems in chunks of query rows on every core (the private
-``_kernels.attention``, tested equal to :func:`attention_steps`).
+:func:`attention_steps` is the computation written plainly, step by step, as the pages teach it;
+:func:`scaled_dot_product_attention` runs the same steps in place, and on big problems in chunks
+of query rows on every core (the private ``_kernels.attention``, tested equal to
+:func:`attention_steps`). :func:`attention_backward` gives the gradients. Each checks its
+arguments first; ``function.unchecked`` is the plain body, for callers that checked them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._kernels import attention as kernel
-from ._validation import (
-    as_float_array,
-    check_bool,
-    check_broadcastable,
-    check_finite,
-    compute_dtype,
-    shape_str,
+from ._checks.boundary import checked, to_compute
+from ._checks.functions import (
+    check_attention_backward,
+    check_attention_steps,
+    check_scaled_dot_product_attention,
 )
+from ._kernels.attention import attention as attention_kernel
 from .functional import softmax
-from .module import checks_done
 
 __all__ = [
     "attention_backward",
@@ -32,14 +30,14 @@ __all__ = [
 ]
 
 
+@checked(check_attention_steps)
 # --8<-- [start:attention_steps]
 def attention_steps(q, k, v, mask=None, bias=None):
     """The five steps of attention, written plainly: ``softmax(q k^T / sqrt(d_k)) v``.
 
     q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v); ``mask`` bool (True = may
     attend) and ``bias`` float, both broadcastable to (..., n_q, n_k). Returns
-    ``(output, weights)``. No input checks: :func:`scaled_dot_product_attention` is the
-    checked (and faster) entry point with the same result.
+    ``(output, weights)``, as :func:`scaled_dot_product_attention` (the faster way).
     """
     d_k = q.shape[-1]
     # 1. scores: every query against every key, scaled by 1/sqrt(d_k)
@@ -60,23 +58,15 @@ def attention_steps(q, k, v, mask=None, bias=None):
 # --8<-- [end:attention_steps]
 
 
+@checked(check_attention_backward)
 # --8<-- [start:attention_backward]
 def attention_backward(grad_output, q, k, v, weights):
-    r"""The gradients of :func:`attention_steps` with respect to q, k and v.
+    """The gradients of :func:`attention_steps` with respect to q, k and v.
 
     ``grad_output`` (..., n_q, d_v) is dL/d(output); ``q``, ``k``, ``v`` and ``weights``
     (..., n_q, n_k) are those of the forward pass. Returns ``(dq, dk, dv)``, shaped like
     q, k, v. A mask and a bias are constants: a blocked key has weight 0, so its score gets
     gradient 0 here without being told.
-
-    Notes
-    -----
-    With :math:`S = Q K^\top / \sqrt{d_k}`, :math:`A = \mathrm{softmax}(S)`, :math:`O = A V`
-    and :math:`G = \partial L / \partial O`: :math:`\partial L/\partial V = A^\top G`,
-    :math:`\partial L/\partial A = G V^\top`, :math:`\partial L/\partial S_{ij} =
-    A_{ij} (\partial L/\partial A_{ij} - \sum_l A_{il}\, \partial L/\partial A_{il})`,
-    :math:`\partial L/\partial Q = (\partial L/\partial S) K / \sqrt{d_k}`,
-    :math:`\partial L/\partial K = (\partial L/\partial S)^\top Q / \sqrt{d_k}`.
     """
     d_k = q.shape[-1]
     # 5. output = weights @ v
@@ -96,6 +86,7 @@ def attention_backward(grad_output, q, k, v, weights):
 # --8<-- [end:attention_backward]
 
 
+@checked(check_scaled_dot_product_attention)
 def scaled_dot_product_attention(q, k, v, mask=None, *, bias=None, need_weights=True):
     r"""Scaled dot-product attention, ``softmax(q k^T / sqrt(d_k)) v``.
 
@@ -140,11 +131,10 @@ def scaled_dot_product_attention(q, k, v, mask=None, *, bias=None, need_weights=
     4. softmax per row, 5. weighted sum of the values.
 
     float32 stays float32 and float64 stays float64; float16 is computed in float32 and the
-    results cast back to float16. Called by a user, it checks the inputs; called by a layer
-    that has checked its own (:class:`~transformer_np.MultiHeadAttention`), it does not. The
-    steps of
-    :func:`attention_steps` run in place, and on big problems in chunks of query rows on every
-    core (the private ``_kernels.attention``; the same result, tested).
+    results cast back to float16. The steps of :func:`attention_steps` run in place, and on big
+    problems in chunks of query rows on every core (the private ``_kernels.attention``; the
+    same result, tested). The layers, which check their own inputs, call
+    ``scaled_dot_product_attention.unchecked``.
 
     Examples
     --------
@@ -158,96 +148,9 @@ def scaled_dot_product_attention(q, k, v, mask=None, *, bias=None, need_weights=
     >>> bool(np.allclose(w.sum(axis=-1), 1.0)), float(w[0, 0, 1])
     (True, 0.0)
     """
-    if checks_done():  # called by a layer (MultiHeadAttention) that checked its input
-        return kernel.attention(q, k, v, mask, bias, need_weights=need_weights)
-    q, k, v, mask, bias, out_dtype = check_attention_inputs(q, k, v, mask, bias)
-    need_weights = check_bool(need_weights, "need_weights")
-    output, weights = kernel.attention(q, k, v, mask, bias, need_weights=need_weights)
-    output = output.astype(out_dtype, copy=False)
-    return output, None if weights is None else weights.astype(out_dtype, copy=False)
-
-
-# --------------------------------------------------------------------------------------------
-# input checks
-# --------------------------------------------------------------------------------------------
-
-
-def as_bool_mask(mask) -> np.ndarray:
-    """Convert a mask to bool (True = may attend), rejecting what is likely a mistake."""
-    try:
-        m = np.asarray(mask)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"mask must be an array of booleans, got {type(mask).__name__}") from exc
-    if m.dtype == bool:
-        return m
-    if m.dtype.kind in "iu":
-        return m != 0
-    if m.dtype.kind == "f":
-        if np.isin(m, (0, 1)).all():
-            return m != 0
-        raise ValueError(
-            "mask must hold True/False (or 1/0): True = may attend, False = blocked; got a float "
-            "array with other values. For an additive mask (0 where allowed, -inf or a large "
-            "negative number where blocked) pass it as bias=... instead."
-        )
-    raise TypeError(f"mask must be an array of booleans (True = may attend), got dtype {m.dtype}")
-
-
-def check_bias(bias, scores_shape, desc: str) -> np.ndarray:
-    """``bias`` as a float array broadcastable to the scores, without NaN or +inf."""
-    b = as_float_array(bias, "bias")
-    check_broadcastable(b.shape, scores_shape, "bias", desc)
-    check_finite(b, "bias", allow_neg_inf=True)
-    return b
-
-
-def check_attention_inputs(q, k, v, mask, bias):
-    """Validate the inputs of attention; return arrays ready for the steps.
-
-    Returns ``(q, k, v, mask, bias, out_dtype)`` with q, k, v in the compute dtype (float16 is
-    computed in float32), ``mask`` a bool array or None, ``bias`` a float array or None.
-    """
-    q = as_float_array(q, "q")
-    k = as_float_array(k, "k")
-    v = as_float_array(v, "v")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.ndim < 2:
-            raise ValueError(
-                f"{name} must have at least 2 axes (..., positions, features), "
-                f"got shape {shape_str(t.shape)}"
-            )
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must have the same last dimension d_k, got q {shape_str(q.shape)} "
-            f"and k {shape_str(k.shape)}"
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k and v must have the same number of keys n_k (axis -2), got k "
-            f"{shape_str(k.shape)} and v {shape_str(v.shape)}"
-        )
-    if q.shape[-1] == 0:
-        raise ValueError(f"d_k must be positive, got q {shape_str(q.shape)}")
-    if k.shape[-2] == 0:
-        raise ValueError(f"n_k must be positive (at least one key), got k {shape_str(k.shape)}")
-    try:
-        lead_qk = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-        np.broadcast_shapes(lead_qk, v.shape[:-2])
-    except ValueError:
-        raise ValueError(
-            f"the leading (batch/head) axes of q, k and v must broadcast together, got q "
-            f"{shape_str(q.shape)}, k {shape_str(k.shape)} and v {shape_str(v.shape)}"
-        ) from None
-    scores_shape = lead_qk + (q.shape[-2], k.shape[-2])
-    desc = "the attention scores (..., n_q, n_k) ="
-    if mask is not None:
-        mask = as_bool_mask(mask)
-        check_broadcastable(mask.shape, scores_shape, "mask", desc)
-    if bias is not None:
-        bias = check_bias(bias, scores_shape, desc)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_finite(t, name)
-    out_dtype = np.result_type(q, k, v)
-    dt = compute_dtype(out_dtype)
-    q, k, v = (t.astype(dt, copy=False) for t in (q, k, v))
-    return q, k, v, mask, bias, out_dtype
+    dtype = q.dtype  # of q, k and v: float16 is computed in float32, then given back
+    q, k, v = (to_compute(t) for t in (q, k, v))
+    output, weights = attention_kernel(q, k, v, mask, bias, need_weights=need_weights)
+    if weights is not None:
+        weights = weights.astype(dtype, copy=False)
+    return output.astype(dtype, copy=False), weights

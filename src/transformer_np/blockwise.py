@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._checks.boundary import checked, to_compute
+from ._checks.functions import check_blockwise_attention
 from ._kernels.attention import overflow_error
 from ._kernels.threads import num_threads, parallel_for
-from ._validation import check_bool, check_positive_int
-from .attention import check_attention_inputs
 
 __all__ = ["blockwise_attention"]
 
@@ -26,6 +26,7 @@ DEFAULT_TILE_SIZE = 256
 PARALLEL_MIN_SCORES = 1 << 20
 
 
+@checked(check_blockwise_attention)
 def blockwise_attention(
     q, k, v, mask=None, *, tile_size: int = DEFAULT_TILE_SIZE, causal: bool = False, bias=None
 ):
@@ -93,10 +94,8 @@ def blockwise_attention(
     >>> bool(np.allclose(out, ref, atol=1e-12))
     True
     """
-    q, k, v, mask, bias, out_dtype = check_attention_inputs(q, k, v, mask, bias)
-    tile_size = check_positive_int(tile_size, "tile_size")
-    causal = check_bool(causal, "causal")
-
+    dtype = q.dtype  # of q, k and v: float16 is computed in float32, then given back
+    q, k, v = (to_compute(t) for t in (q, k, v))
     n_q, d_k = q.shape[-2:]
     n_k, d_v = v.shape[-2:]
     # Give a mask and a bias (at least) the two axes (n_q, n_k), so tiles can be sliced.
@@ -129,7 +128,7 @@ def blockwise_attention(
             f"n_k max|v| = {n_k} x {float(np.max(np.abs(v))):.3g}) do not fit in it; scale v "
             "down" + ("" if out.dtype == np.float64 else " or use float64")
         )
-    return out.astype(out_dtype, copy=False)
+    return out.astype(dtype, copy=False)
 
 
 def tile_of(a, qs, qe, ks, ke):
@@ -159,7 +158,7 @@ def attend_query_tile(q, k, v, mask, bias, causal, scale, qs, qe, tile_size, out
         # Which (query, key) pairs of this tile may attend; None when all of them may.
         allowed = None
         if mask is not None:
-            allowed = tile_of(mask, qs, qe, ks, ke)  # bool (made so by check_attention_inputs)
+            allowed = tile_of(mask, qs, qe, ks, ke)  # bool (made so by blockwise_attention)
             if not allowed.any():
                 continue  # every pair blocked: the tile changes nothing
             if allowed.all():

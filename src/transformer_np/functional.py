@@ -1,16 +1,10 @@
 """Pure functions: softmax and log-softmax, ReLU, GELU and erf, layer normalisation.
 
-Everything here is stateless maths on NumPy arrays. The layers in :mod:`transformer_np.layers`
-and :mod:`transformer_np.attention` hold parameters and call these functions. Each public
-function first checks its input (errors that name the argument), then computes its formula.
-Two formulas need more than plain NumPy to be accurate and fast, the error function and the
-exact GELU: they call the kernels of :mod:`transformer_np._kernels.gelu`, which are tested equal
-to the formulas written here. The attention masks are in :mod:`transformer_np.masks`.
-
-Conventions
------------
-* float32 in gives float32 out, float64 in gives float64 out; float16 is computed in float32
-  and cast back.
+Stateless maths on NumPy arrays; the layers of :mod:`transformer_np.layers` and
+:mod:`transformer_np.attention` call them. float32 in gives float32 out, float64 gives float64;
+float16 is computed in float32 and cast back. The error function and the exact GELU call the
+kernels of ``_kernels.gelu``, tested equal to the formulas written here. The masks are in
+:mod:`transformer_np.masks`.
 """
 
 from __future__ import annotations
@@ -19,21 +13,18 @@ import math
 
 import numpy as np
 
+from ._checks.boundary import checked, to_compute
+from ._checks.functions import (
+    check_erf,
+    check_gelu,
+    check_layer_norm,
+    check_log_softmax,
+    check_relu,
+    check_softmax,
+)
+from ._checks.general import check_normalised
 from ._kernels.gelu import erf64 as _erf64
 from ._kernels.gelu import gelu as _gelu_exact
-
-# Re-exported until the code block of docs/*/attention.md imports it from _kernels.softmax:
-from ._kernels.softmax import softmax_inplace  # noqa: F401
-from ._validation import (
-    as_float_array,
-    check_bool,
-    check_finite,
-    check_normalised,
-    check_positive_float,
-    check_softmax_input,
-    compute_dtype,
-    shape_str,
-)
 
 __all__ = [
     "erf",
@@ -50,6 +41,7 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
+@checked(check_softmax)
 def softmax(x, axis=-1):
     """Numerically stable softmax along ``axis``.
 
@@ -73,9 +65,6 @@ def softmax(x, axis=-1):
     .. math:: \\mathrm{softmax}(x)_i = \\frac{e^{x_i - m}}{\\sum_j e^{x_j - m}},
               \\qquad m = \\max_j x_j
 
-    Subtracting the maximum ``m`` changes nothing mathematically (it cancels between numerator
-    and denominator) but keeps every exponent <= 0, so ``exp`` never overflows.
-
     Examples
     --------
     >>> import numpy as np
@@ -86,8 +75,7 @@ def softmax(x, axis=-1):
     >>> bool(np.isclose(p.sum(), 1.0))
     True
     """
-    x, axis = check_softmax_input(x, axis, "a softmax")
-    xc = x.astype(compute_dtype(x.dtype), copy=False)
+    xc = to_compute(x)
     # 1. The maximum of each slice. An all -inf slice has maximum -inf: use 0 there instead,
     #    so that its exponentials are exp(-inf - 0) = 0, not exp(-inf + inf) = NaN.
     m = np.max(xc, axis=axis, keepdims=True)  # (...) -> (...) with 1 along axis
@@ -104,6 +92,7 @@ def softmax(x, axis=-1):
     return e.astype(x.dtype, copy=False)
 
 
+@checked(check_log_softmax)
 def log_softmax(x, axis=-1):
     """Numerically stable ``log(softmax(x))``.
 
@@ -134,16 +123,6 @@ def log_softmax(x, axis=-1):
     >>> np.exp(log_softmax(np.array([1.0, 2.0, 3.0]))).sum().round(6)
     np.float64(1.0)
     """
-    x, axis = check_softmax_input(x, axis, "a log-softmax")
-    return log_softmax_forward(x, axis)
-
-
-def log_softmax_forward(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """:func:`log_softmax` without input checks, for callers that checked ``x`` already.
-
-    ``x`` is a float array without NaN or ``+inf``, with at least one value along ``axis``;
-    the result has its shape and dtype.
-    """
     # 1. The maximum of each slice (0 for an all -inf slice: -inf - 0, not -inf + inf = NaN).
     m = x.max(axis=axis, keepdims=True)  # (..., V) -> (..., 1)
     np.copyto(m, 0, where=np.isneginf(m))
@@ -162,6 +141,7 @@ def log_softmax_forward(x: np.ndarray, axis: int = -1) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 
 
+@checked(check_relu)
 def relu(x):
     """Rectified linear unit, ``max(x, 0)`` element-wise.
 
@@ -185,8 +165,6 @@ def relu(x):
     >>> relu(np.array([-2.0, 0.0, 3.0]))
     array([0., 0., 3.])
     """
-    x = as_float_array(x, "x")
-    check_finite(x, "x")
     return np.maximum(x, x.dtype.type(0))
 
 
@@ -195,6 +173,7 @@ def relu(x):
 # --------------------------------------------------------------------------------------------
 
 
+@checked(check_erf)
 def erf(x):
     r"""The error function, element-wise, in NumPy alone.
 
@@ -222,9 +201,6 @@ def erf(x):
     >>> np.round(erf(np.array([-1.0, 0.0, 0.5, 2.0])), 6)
     array([-0.842701,  0.      ,  0.5205  ,  0.995322])
     """
-    x = as_float_array(x, "x")
-    if np.isnan(x).any():
-        raise ValueError("x contains NaN; expected real values")
     y = _erf64(x.astype(np.float64, copy=False))  # Cephes, in float64
     return y.astype(x.dtype, copy=False)
 
@@ -232,6 +208,7 @@ def erf(x):
 _GELU_TANH_C = math.sqrt(2.0 / math.pi)
 
 
+@checked(check_gelu)
 def gelu(x, approximate=False, *, with_slope=False):
     r"""Gaussian error linear unit, ``x * Phi(x)``, element-wise.
 
@@ -276,18 +253,9 @@ def gelu(x, approximate=False, *, with_slope=False):
     >>> np.round(gelu(np.array([-3.0, -1.0, 0.0, 1.0, 3.0])), 6)
     array([-0.00405 , -0.158655,  0.      ,  0.841345,  2.99595 ])
     """
-    x = as_float_array(x, "x")
-    if approximate in (False, "none"):
-        exact = True
-    elif approximate in (True, "tanh"):
-        exact = False
-    else:
-        raise ValueError(f'approximate must be False, True, "none" or "tanh", got {approximate!r}')
-    check_bool(with_slope, "with_slope")
-    check_finite(x, "x")
-    xc = x.astype(compute_dtype(x.dtype), copy=False)
+    xc = to_compute(x)
     slope = None
-    if exact:
+    if not approximate:
         # y = 0.5 x (1 + erf(x / sqrt 2)). The kernel computes it as max(x, 0) - |x| Q(|x|),
         # which is the same number without the cancellation of 1 + erf(x / sqrt 2) for x < 0,
         # on every core for large arrays; and, if asked, Phi(x) + x phi(x) from the same Q.
@@ -326,60 +294,32 @@ def gelu(x, approximate=False, *, with_slope=False):
 # --------------------------------------------------------------------------------------------
 
 
-def layer_norm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float):
-    """:func:`layer_norm` without checks; returns ``(y, x_hat, rstd)`` for a backward pass.
-
-    Parameters
-    ----------
-    x : ndarray of shape (..., D)
-    gamma, beta : ndarray of shape (D,)
-        In ``x``'s dtype.
-    eps : float
-
-    Returns
-    -------
-    y : ndarray of shape (..., D)
-        The layer norm of ``x``.
-    x_hat : ndarray of shape (..., D)
-        The normalised input ``(x - mu) * rstd``.
-    rstd : ndarray of shape (..., 1)
-        The reciprocal standard deviation ``1 / sqrt(var + eps)`` of each row.
-    """
-    # 1. The mean of each row, and the centred input.
-    mu = np.mean(x, axis=-1, keepdims=True)  # (..., D) -> (..., 1)
-    x_hat = x - mu  # (..., D)
-    # 2. The biased variance, sum of squares / D (einsum: without a squared copy of x).
-    var = np.einsum("...i,...i->...", x_hat, x_hat)[..., None]  # (..., D) -> (..., 1)
-    var /= x.shape[-1]
-    # 3. rstd = 1 / sqrt(var + eps), and the normalised input.
-    var += eps
-    rstd = np.sqrt(var, out=var)
-    np.reciprocal(rstd, out=rstd)  # (..., 1)
-    x_hat *= rstd  # (..., D)
-    # 4. The affine map.
-    y = x_hat * gamma
-    y += beta  # (..., D)
-    return y, x_hat, rstd
-
-
-def layer_norm(x, gamma, beta, eps=1e-5):
+@checked(check_layer_norm)
+def layer_norm(x, gamma, beta, eps=1e-5, *, with_stats=False):
     r"""Layer normalisation over the last axis, then a learned affine map.
 
     Parameters
     ----------
     x : ndarray of shape (..., D)
-        Finite floating-point features.
+        Finite floating-point features, D >= 1.
     gamma : ndarray of shape (D,)
         Scale.
     beta : ndarray of shape (D,)
         Shift.
     eps : float, default 1e-5
         Added to the variance for numerical safety (BERT uses 1e-12).
+    with_stats : bool, default False
+        Also return ``x_hat`` and ``rstd`` (keyword only), which the
+        :class:`~transformer_np.LayerNorm` layer keeps for its backward pass.
 
     Returns
     -------
     ndarray of shape (..., D)
         In ``x``'s dtype.
+    x_hat : ndarray of shape (..., D), only with ``with_stats=True``
+        The normalised input ``(x - mu) * rstd``.
+    rstd : ndarray of shape (..., 1), only with ``with_stats=True``
+        ``1 / sqrt(var + eps)`` of each row.
 
     Notes
     -----
@@ -398,26 +338,22 @@ def layer_norm(x, gamma, beta, eps=1e-5):
     >>> np.round(y, 4)
     array([[-1.3416, -0.4472,  0.4472,  1.3416]])
     """
-    x = as_float_array(x, "x")
-    if x.ndim == 0:
-        raise ValueError("x must have a feature axis (shape (..., D)), got a 0-d array")
-    d = x.shape[-1]
-    gamma = as_float_array(gamma, "gamma")
-    beta = as_float_array(beta, "beta")
-    for name, p in (("gamma", gamma), ("beta", beta)):
-        if p.shape != (d,):
-            raise ValueError(
-                f"{name} must have shape (D,) = ({d},) to match x {shape_str(x.shape)}, "
-                f"got {shape_str(p.shape)}"
-            )
-    eps = check_positive_float(eps, "eps")
-    check_finite(x, "x")
-    check_finite(gamma, "gamma")
-    check_finite(beta, "beta")
-    dt = compute_dtype(x.dtype)
-    with np.errstate(over="ignore", invalid="ignore"):
-        y, _, rstd = layer_norm_forward(
-            x.astype(dt, copy=False), gamma.astype(dt, copy=False), beta.astype(dt, copy=False), eps
-        )
-    check_normalised(rstd, x, "x")
-    return y.astype(x.dtype, copy=False)
+    xc = to_compute(x)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below
+        # 1. The mean of each row, and the centred input.
+        mu = np.mean(xc, axis=-1, keepdims=True)  # (..., D) -> (..., 1)
+        x_hat = xc - mu  # (..., D)
+        # 2. The biased variance, sum of squares / D (einsum: without a squared copy of x).
+        var = np.einsum("...i,...i->...", x_hat, x_hat)[..., None]  # (..., D) -> (..., 1)
+        var /= x.shape[-1]
+        # 3. rstd = 1 / sqrt(var + eps), and the normalised input.
+        var += eps
+        rstd = np.sqrt(var, out=var)
+        np.reciprocal(rstd, out=rstd)  # (..., 1)
+        x_hat *= rstd  # (..., D)
+        # 4. The affine map.
+        y = x_hat * gamma.astype(xc.dtype, copy=False)
+        y += beta.astype(xc.dtype, copy=False)  # (..., D)
+    check_normalised(rstd, x, "x")  # a row too large for the dtype: an error, not zeros
+    y = y.astype(x.dtype, copy=False)
+    return (y, x_hat, rstd) if with_stats else y

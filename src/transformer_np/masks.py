@@ -7,7 +7,7 @@ broadcast against attention scores, and :func:`~transformer_np.scaled_dot_produc
 Conventions
 -----------
 * A **mask** is boolean: ``True`` means "may attend", ``False`` means "blocked".
-* The causal mask has shape ``(n, n)`` (query, key); the padding mask has shape
+* The causal mask has shape ``(n, offset + n)`` (query, key); the padding mask has shape
   ``(B, 1, 1, n_k)``, whose singleton axes broadcast over the heads and the queries.
 """
 
@@ -15,28 +15,34 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_positive_int, shape_str
+from ._checks.boundary import checked
+from ._checks.functions import check_causal_mask, check_padding_mask
 
 __all__ = ["causal_mask", "padding_mask"]
 
 
-def causal_mask(n):
-    r"""Boolean causal (look-ahead) mask: position ``i`` may attend to positions ``j <= i``.
+@checked(check_causal_mask)
+def causal_mask(n, offset=0):
+    r"""Boolean causal (look-ahead) mask: query ``i`` may attend to the keys ``j <= offset + i``.
 
     Parameters
     ----------
     n : int
-        Sequence length, > 0.
+        Number of queries, > 0.
+    offset : int, default 0
+        Number of earlier positions that every query may also see, >= 0: with a
+        :class:`~transformer_np.KVCache` holding ``offset`` positions, the ``n`` new queries are
+        the positions ``offset .. offset + n - 1`` and the keys are all ``offset + n`` of them.
 
     Returns
     -------
-    ndarray of bool, shape (n, n)
-        ``mask[i, j]`` is True when query ``i`` may attend to key ``j`` (lower triangle and
-        diagonal). It broadcasts against scores of shape ``(..., n, n)``.
+    ndarray of bool, shape (n, offset + n)
+        ``mask[i, j]`` is True when query ``i`` may attend to key ``j``. It broadcasts against
+        scores of shape ``(..., n, offset + n)``.
 
     Notes
     -----
-    .. math:: M_{ij} = [\, j \le i \,]
+    .. math:: M_{ij} = [\, j \le \mathrm{offset} + i \,]
 
     Examples
     --------
@@ -45,11 +51,14 @@ def causal_mask(n):
     array([[1, 0, 0],
            [1, 1, 0],
            [1, 1, 1]])
+    >>> causal_mask(2, offset=3).astype(int)
+    array([[1, 1, 1, 1, 0],
+           [1, 1, 1, 1, 1]])
     """
-    n = check_positive_int(n, "n")
-    return np.tri(n, n, dtype=bool)
+    return np.tri(n, offset + n, offset, dtype=bool)  # (n, offset + n)
 
 
+@checked(check_padding_mask)
 def padding_mask(lengths, max_len=None):
     r"""Boolean key-padding mask from the true lengths of the sequences of a batch.
 
@@ -85,22 +94,5 @@ def padding_mask(lengths, max_len=None):
     array([[1, 1, 1],
            [1, 0, 0]])
     """
-    arr = np.asarray(lengths)
-    if arr.dtype.kind not in "iu" or arr.dtype == bool:
-        raise TypeError(f"lengths must be an array of integers, got dtype {arr.dtype}")
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError(
-            f"lengths must be a non-empty 1-D array (one length per sequence), "
-            f"got shape {shape_str(arr.shape)}"
-        )
-    if (arr < 0).any():
-        raise ValueError(f"lengths must be >= 0, got {arr.tolist()}")
-    if max_len is None:
-        max_len = int(arr.max())
-        if max_len == 0:
-            raise ValueError("every length is 0: pass max_len to say how long the padded batch is")
-    max_len = check_positive_int(max_len, "max_len")
-    if (arr > max_len).any():
-        raise ValueError(f"lengths must be <= max_len = {max_len}, got {arr.tolist()}")
-    mask = np.arange(max_len) < arr[:, None]  # (B, max_len)
+    mask = np.arange(max_len) < lengths[:, None]  # (B, max_len)
     return mask[:, None, None, :]  # (B, max_len) -> (B, 1, 1, max_len)

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
-from ._validation import check_dtype, check_positive_float, check_positive_int
+from ._checks.boundary import checked
+from ._checks.functions import check_positional_encoding, check_positional_offset_matrix
 
 __all__ = ["positional_encoding", "positional_offset_matrix"]
-
-
-def _check_even_d_model(d_model) -> int:
-    d_model = check_positive_int(d_model, "d_model")
-    if d_model % 2 != 0:
-        raise ValueError(
-            f"d_model must be even for the sinusoidal encoding (its columns come in sin/cos "
-            f"pairs, one pair per frequency), got d_model = {d_model}"
-        )
-    return d_model
 
 
 def _frequencies(d_model: int, base: float) -> np.ndarray:
@@ -26,6 +15,7 @@ def _frequencies(d_model: int, base: float) -> np.ndarray:
     return np.power(base, -np.arange(0, d_model, 2, dtype=np.float64) / d_model)  # (D/2,)
 
 
+@checked(check_positional_encoding)
 def positional_encoding(max_len, d_model, *, base=10000.0, dtype=np.float64):
     r"""The sinusoidal positional-encoding table.
 
@@ -68,10 +58,6 @@ def positional_encoding(max_len, d_model, *, base=10000.0, dtype=np.float64):
     >>> np.round(pe[1, :4], 4)
     array([0.8415, 0.5403, 0.0998, 0.995 ])
     """
-    max_len = check_positive_int(max_len, "max_len")
-    d_model = _check_even_d_model(d_model)
-    base = check_positive_float(base, "base")
-    dtype = check_dtype(dtype)
     omega = _frequencies(d_model, base)  # (D/2,)
     angles = np.arange(max_len, dtype=np.float64)[:, None] * omega  # (max_len, D/2)
     pe = np.empty((max_len, d_model), dtype=np.float64)
@@ -80,6 +66,7 @@ def positional_encoding(max_len, d_model, *, base=10000.0, dtype=np.float64):
     return pe.astype(dtype, copy=False)
 
 
+@checked(check_positional_offset_matrix)
 def positional_offset_matrix(k, d_model, *, base=10000.0, dtype=np.float64):
     r"""The fixed linear map that shifts a positional encoding by ``k`` positions.
 
@@ -118,14 +105,7 @@ def positional_offset_matrix(k, d_model, *, base=10000.0, dtype=np.float64):
     >>> bool(np.allclose(R @ pe[5], pe[8]))
     True
     """
-    if isinstance(k, bool | np.bool_) or not isinstance(k, numbers.Real):
-        raise TypeError(f"k must be a real number (the offset), got {type(k).__name__}")
-    if not np.isfinite(k):
-        raise ValueError(f"k must be finite, got {k}")
-    d_model = _check_even_d_model(d_model)
-    base = check_positive_float(base, "base")
-    dtype = check_dtype(dtype)
-    theta = float(k) * _frequencies(d_model, base)  # (D/2,)
+    theta = k * _frequencies(d_model, base)  # (D/2,)
     c, s = np.cos(theta), np.sin(theta)
     r = np.zeros((d_model, d_model), dtype=np.float64)
     i = np.arange(0, d_model, 2)

@@ -23,42 +23,57 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_typed_array, check_positive_float, check_positive_int
+from ._checks.boundary import checked
+from ._checks.functions import (
+    check_apply_rope,
+    check_rope_angles,
+    check_rope_frequencies,
+    check_rotate_half,
+)
 
 __all__ = ["apply_rope", "rope_angles", "rope_frequencies", "rotate_half"]
 
 
-# --8<-- [start:rope]
+@checked(check_rope_frequencies)
+# --8<-- [start:rope_frequencies]
 def rope_frequencies(d_head, base=10000.0):
     """The Dh/2 angular frequencies theta^(-2i/Dh), i = 0 .. Dh/2 - 1, in float64."""
-    d_head = check_positive_int(d_head, "d_head")
-    if d_head % 2:
-        raise ValueError(f"d_head must be even (RoPE rotates pairs of features), got {d_head}")
-    base = check_positive_float(base, "base")
     return base ** (-np.arange(0, d_head, 2, dtype=np.float64) / d_head)  # (Dh/2,)
 
 
+# --8<-- [end:rope_frequencies]
+
+
+@checked(check_rope_angles)
+# --8<-- [start:rope_angles]
 def rope_angles(positions, d_head, base=10000.0, *, dtype=np.float64):
     """cos and sin of the rotation at each position: two (T, Dh) arrays.
 
     Angle of pair i at position m: m * omega_i, written twice (features i and i + Dh/2 turn
-    together), computed in float64 and then cast to ``dtype``.
+    together), computed in float64 and then cast to ``dtype`` (float32 or float64).
     """
-    pos = as_typed_array(positions, "positions", "iu", "an array of integer positions")
-    if pos.ndim != 1 or (pos.size and pos.min() < 0):
-        raise ValueError(f"positions must be a 1-D array of integers >= 0, got {pos!r}")
     omega = rope_frequencies(d_head, base)  # (Dh/2,)
-    angles = pos[:, None].astype(np.float64) * omega[None, :]  # (T, 1) * (1, Dh/2) -> (T, Dh/2)
+    angles = np.asarray(positions, np.float64)[:, None] * omega  # (T, 1) * (Dh/2,) -> (T, Dh/2)
     angles = np.concatenate([angles, angles], axis=-1)  # (T, Dh): pair i is (i, i + Dh/2)
     return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
 
 
+# --8<-- [end:rope_angles]
+
+
+@checked(check_rotate_half)
+# --8<-- [start:rotate_half]
 def rotate_half(x):
     """(x1, x2) -> (-x2, x1) on the two halves of the last axis: a quarter turn of each pair."""
     half = x.shape[-1] // 2
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
+# --8<-- [end:rotate_half]
+
+
+@checked(check_apply_rope)
+# --8<-- [start:apply_rope]
 def apply_rope(x, cos, sin):
     """Rotate every pair of features of x (..., T, Dh) by its position's angle.
 
@@ -68,4 +83,4 @@ def apply_rope(x, cos, sin):
     return x * cos + rotate_half(x) * sin  # (..., T, Dh)
 
 
-# --8<-- [end:rope]
+# --8<-- [end:apply_rope]

@@ -155,7 +155,6 @@ def rows_of(a, rows):
     return a[..., rows, :] if a.shape[-2] > 1 else a
 
 
-# --8<-- [start:attention_inplace]
 def attention_inplace(q, k, v, mask, bias, output, weights, *, shift=True, keep_weights=True):
     """The five steps of attention, written into ``output`` and ``weights`` (no checks).
 
@@ -189,6 +188,3 @@ def attention_inplace(q, k, v, mask, bias, output, weights, *, shift=True, keep_
     np.matmul(scores, v, out=output)  # (..., n_q, n_k) @ (..., n_k, d_v) -> (..., n_q, d_v)
     if not keep_weights:  # divide the n_q x d_v output, not the n_q x n_k exponentials
         output /= row_sum
-
-
-# --8<-- [end:attention_inplace]
