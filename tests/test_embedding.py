@@ -1,9 +1,10 @@
 """embedding.py: token embeddings (Embedding) and the tied output layer (TiedOutput).
 
-Sections: values (the lookup scaled by sqrt(d_model), initialisation, dtypes), errors (bad
-token ids), backward (against finite differences, repeated ids accumulate; the tied layer's
-share of the shared matrix), reference (both layers' outputs and the gradient against
-torch.nn.Embedding). Weight tying in a whole model is tested in test_model.py.
+Sections: values (the lookup scaled by sqrt(d_model), initialisation, dtypes, attend), errors
+(bad token ids, a bad tied layer or input), backward (against finite differences, repeated ids
+accumulate; the tied layer's share of the shared matrix, in either order), reference (both
+layers' outputs and the gradient against torch.nn.Embedding). Weight tying in a whole model is
+tested in test_model.py.
 """
 
 import math
@@ -65,6 +66,17 @@ def test_embedding_accepts_any_integer_dtype(dtype):
     assert out.dtype == np.float32 and out.shape == (2, 4)
 
 
+def test_attend_is_the_product_with_the_transposed_table(rng):
+    emb = Embedding(11, 8, rng=rng)
+    h = rng.standard_normal((2, 3, 8))
+    logits = emb.attend(h)
+    assert logits.shape == (2, 3, 11)
+    tol = tied_output_rounded(emb, np.zeros(11), exact(h))[0].tol(np.float64, sides=2)
+    assert_within(logits, h @ emb.params["W"].T, tol, "Embedding.attend")
+    out = TiedOutput(emb)  # b = 0: the tied layer adds nothing to attend
+    np.testing.assert_array_equal(out(h), logits)
+
+
 # ============================================================================================
 # errors
 # ============================================================================================
@@ -80,6 +92,16 @@ def test_embedding_id_errors():
         emb(np.array([[-1, 2]]))
     with pytest.raises(TypeError, match="ids"):
         emb(np.array([True, False]))
+
+
+def test_tied_output_errors():
+    with pytest.raises(TypeError, match="embedding must be the Embedding .* got ndarray"):
+        TiedOutput(np.zeros((10, 4)))
+    out = TiedOutput(Embedding(10, 4, rng=0))
+    with pytest.raises(ValueError, match=r"h must have shape \(\.\.\., d_model\) with d_model = 4"):
+        out(np.zeros((2, 3, 5)))
+    with pytest.raises(ValueError, match="h contains NaN"):
+        out(np.array([[1.0, np.nan, 0.0, 0.0]]))
 
 
 # ============================================================================================
@@ -103,12 +125,35 @@ def test_tied_output_backward_matches_finite_differences(rng):
     gradcheck_layer(out, out.backward, out, [h], rng)
     G = rng.standard_normal((2, 3, 6))
     out(h)
-    out.backward(G)
+    out.backward(G)  # the embedding ran no backward: its gradient is the output's share alone
 
     def f():
         return float(np.sum(G * out(h)))
 
-    assert relative_error(out.dW, numerical_gradient(f, emb.params["W"])) <= FD_TOL
+    assert relative_error(emb.grads["W"], numerical_gradient(f, emb.params["W"])) <= FD_TOL
+
+
+@pytest.mark.parametrize("output_first", [True, False], ids=["output-first", "embedding-first"])
+def test_tied_gradient_is_the_sum_of_both_shares_in_either_order(rng, output_first):
+    emb = Embedding(7, 4, rng=rng)
+    out = TiedOutput(emb)
+    ids = np.array([[1, 3, 1], [0, 6, 3]])
+    G = rng.standard_normal((2, 3, 7))
+
+    def f():  # the loss through both uses of the table: the lookup, then the tied output
+        return float(np.sum(G * out(emb(ids))))
+
+    f()
+    if output_first:  # as the models do
+        emb.backward(out.backward(G))
+    else:
+        emb.backward(G @ emb.params["W"])  # dL/d(lookup output): what out.backward returns
+        out.backward(G)
+    expected = numerical_gradient(f, emb.params["W"])
+    assert relative_error(emb.grads["W"], expected) <= FD_TOL
+    f()  # a second backward pass replaces each share: nothing is counted twice
+    emb.backward(out.backward(G))
+    assert relative_error(emb.grads["W"], expected) <= FD_TOL
 
 
 # ============================================================================================

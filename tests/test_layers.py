@@ -2,8 +2,9 @@
 
 Sections: values (the formulas, initialisation, dtypes, the forward cache), errors (bad input
 and bad parameters name the argument), backward (against finite differences), reference
-(against torch.nn.Linear and torch.nn.LayerNorm). FeedForward and Embedding have their own test
-files; the function layer_norm is tested in test_functional.py.
+(against torch.nn.Linear and torch.nn.LayerNorm). FeedForward, Embedding, RMSNorm and SwiGLU
+have their own test files; what all the small layers share (NumPy integer sizes, a zero-size
+axis) is tested here. The function layer_norm is tested in test_functional.py.
 """
 
 import math
@@ -11,7 +12,16 @@ import math
 import numpy as np
 import pytest
 
-from transformer_np import Dropout, LayerNorm, Linear, layer_norm
+from transformer_np import (
+    Dropout,
+    Embedding,
+    FeedForward,
+    LayerNorm,
+    Linear,
+    RMSNorm,
+    SwiGLU,
+    layer_norm,
+)
 
 from helpers import (
     assert_within,
@@ -142,6 +152,43 @@ def test_dropout_keeps_the_mean_and_scales_kept_values():
     np.testing.assert_array_equal(drop.backward(g), g)
 
 
+# ------------------------------------------------------------------ all the small layers
+
+# name -> (the layer built with sizes of integer type `n`, an input of `t` tokens, D = 4)
+SMALL_LAYERS = {
+    "Linear": (lambda n: Linear(n(4), n(3), rng=n(0)), lambda t: np.ones((2, t, 4))),
+    "LayerNorm": (lambda n: LayerNorm(n(4)), lambda t: np.ones((2, t, 4))),
+    "FeedForward": (lambda n: FeedForward(n(4), n(8), rng=n(0)), lambda t: np.ones((2, t, 4))),
+    "Embedding": (lambda n: Embedding(n(10), n(4), rng=n(0)), lambda t: np.ones((2, t), int)),
+    "RMSNorm": (lambda n: RMSNorm(n(4)), lambda t: np.ones((2, t, 4))),
+    "SwiGLU": (lambda n: SwiGLU(n(4), n(6), rng=n(0)), lambda t: np.ones((2, t, 4))),
+}
+
+
+@pytest.mark.parametrize("name", SMALL_LAYERS)
+@pytest.mark.parametrize("integer", [np.int64, np.int32, np.uint8])
+def test_numpy_integers_are_sizes(name, integer):
+    build, data = SMALL_LAYERS[name]
+    layer, reference = build(integer), build(int)
+    assert list(layer.params) == list(reference.params)
+    for key, value in reference.params.items():
+        np.testing.assert_array_equal(layer.params[key], value)  # the same draws
+    np.testing.assert_array_equal(layer(data(3)), reference(data(3)))
+
+
+@pytest.mark.parametrize("name", SMALL_LAYERS)
+def test_zero_tokens_give_an_empty_output_and_gradient(name):
+    build, data = SMALL_LAYERS[name]
+    layer = build(int)
+    x = data(0)  # (2, 0, 4): a batch of empty sequences
+    y = layer(x)
+    assert y.shape[:2] == (2, 0) and y.size == 0
+    if hasattr(layer, "backward") and name != "SwiGLU":
+        dx = layer.backward(np.zeros_like(y))
+        assert dx is None or dx.shape == x.shape
+        assert all(not g.any() for g in layer.grads.values())  # no token, no gradient
+
+
 # ============================================================================================
 # errors
 # ============================================================================================
@@ -154,6 +201,16 @@ def test_layer_feature_size_errors():
         LayerNorm(6)(np.zeros((3, 5)))
     with pytest.raises(ValueError, match="x contains NaN"):
         LayerNorm(2)(np.array([[np.nan, 0.0]]))
+
+
+@pytest.mark.parametrize("name", [n for n in SMALL_LAYERS if n != "Embedding"])
+def test_a_zero_size_feature_axis_is_a_wrong_width(name):
+    layer = SMALL_LAYERS[name][0](int)
+    what = "d_in" if name == "Linear" else "d_model"
+    with pytest.raises(
+        ValueError, match=rf"x must have shape \(\.\.\., {what}\) with {what} = 4, got \(2, 3, 0\)"
+    ):
+        layer(np.ones((2, 3, 0)))
 
 
 def test_layer_params_replaced_with_wrong_shape():
@@ -182,6 +239,17 @@ def test_backward_with_wrong_gradient_shape_is_a_clear_error(rng):
     lin(np.ones((4, 2)))
     with pytest.raises(ValueError, match=r"grad_output must have the shape of the last output"):
         lin.backward(np.ones((4, 2)))
+
+
+def test_linear_backward_refuses_a_nan_gradient(rng):
+    lin = Linear(2, 3, rng=rng)
+    lin(np.ones((4, 2)))
+    g = np.ones((4, 3))
+    g[1, 2] = np.nan  # passed on, it would make every gradient below NaN
+    with pytest.raises(
+        ValueError, match=r"grad_output contains NaN \(1 of 12 values, first at index \(1, 2\)\)"
+    ):
+        lin.backward(g)
 
 
 # ============================================================================================

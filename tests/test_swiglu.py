@@ -1,12 +1,13 @@
 """swiglu.py: the gated feed-forward network.
 
-Sections: values (the formula, SiLU's limits), errors, reference (Hugging Face's LlamaMLP).
+Sections: values (the formula, SiLU's limits, three Linear maps), errors, reference (Hugging
+Face's LlamaMLP).
 """
 
 import numpy as np
 import pytest
 
-from transformer_np import SwiGLU, silu
+from transformer_np import Linear, SwiGLU, silu
 
 from helpers import FUNCTION_ROUNDINGS as FR
 from helpers import abs_product, assert_within, rounding_tol, to_torch
@@ -65,6 +66,21 @@ def test_three_matrices_and_no_bias():
     }
 
 
+def test_the_three_maps_are_linear_layers_named_as_in_the_formula():
+    ff = SwiGLU(6, 16, rng=0)
+    for name in ("gate", "up", "down"):
+        layer = getattr(ff, name)
+        assert isinstance(layer, Linear) and not layer.has_bias
+        assert ff.params[f"W_{name}"] is layer.params["W"]  # the same array, no copy
+    new = np.zeros((6, 16))
+    ff.params["W_up"] = new  # a loader's write reaches the layer
+    assert ff.up.params["W"] is new
+    limit = np.sqrt(6 / (6 + 16))  # Xavier/Glorot-uniform
+    assert all(np.abs(w).max() <= limit for w in (ff.gate.params["W"], ff.down.params["W"]))
+    loaded = SwiGLU(6, 16, init=False)  # zeros, for a loader that sets every matrix
+    assert all(not w.any() for w in loaded.params.values())
+
+
 # ============================================================================================
 # errors
 # ============================================================================================
@@ -78,6 +94,17 @@ def test_wrong_width_is_named():
 def test_bad_size_is_named():
     with pytest.raises(ValueError, match="d_ff"):
         SwiGLU(6, 0)
+
+
+def test_silu_checks_its_input():
+    with pytest.raises(TypeError, match="z must be a floating-point array .* got dtype int64"):
+        silu(np.array([1, 2]))
+    with pytest.raises(TypeError, match="z must be a floating-point array .* got dtype <U3"):
+        silu("1.0")
+    with pytest.raises(
+        ValueError, match=r"z contains NaN \(1 of 3 values, first at index \(1,\)\)"
+    ):
+        silu([0.5, np.nan, 1.0])
 
 
 # ============================================================================================

@@ -2,7 +2,8 @@
 
 :class:`Embedding` turns token ids into vectors (one row of a table per token, scaled by
 sqrt(d_model) as in the paper); :class:`TiedOutput` turns vectors back into one score per
-token of the vocabulary with the same table, transposed (Press and Wolf, 2017).
+token of the vocabulary with the same table, transposed (Press and Wolf, 2017). Page:
+embeddings.md.
 """
 
 from __future__ import annotations
@@ -11,8 +12,14 @@ import math
 
 import numpy as np
 
-from ._validation import as_typed_array, check_bool, check_dtype, check_positive_int, check_rng
-from .module import Module, as_grad
+from ._checks.general import as_grad
+from ._checks.layers import (
+    check_embedding_call,
+    check_embedding_init,
+    check_tied_output_call,
+    check_tied_output_init,
+)
+from .module import Module
 
 __all__ = ["Embedding", "TiedOutput"]
 
@@ -44,7 +51,9 @@ class Embedding(Module):
     -----
     .. math:: \mathrm{Embedding}(t) = \sqrt{d_{\text{model}}}\; W_{t,:}
 
-    After a call ``self.cache`` holds the ``ids``.
+    After a call ``self.cache`` holds the ``ids``. When an output layer shares the table
+    (:class:`TiedOutput`), ``grads["W"]`` is the sum of both layers' shares of the gradient:
+    see :meth:`set_grad_share`.
 
     Examples
     --------
@@ -55,20 +64,18 @@ class Embedding(Module):
     (2, 3, 16)
     """
 
+    check_init, check_call = check_embedding_init, check_embedding_call
+
     def __init__(self, vocab_size, d_model, *, scale=True, rng=None, dtype=np.float64, init=True):
         super().__init__()
-        self.vocab_size = check_positive_int(vocab_size, "vocab_size")
-        self.d_model = check_positive_int(d_model, "d_model")
-        check_bool(scale, "scale")
-        self.scale = bool(scale)
-        dtype = check_dtype(dtype)
-        rng = check_rng(rng)
-        if not check_bool(init, "init"):  # a loader will overwrite W: zeros, no random draw
-            self.params["W"] = np.zeros((self.vocab_size, self.d_model), dtype)
-            return
-        std = 1.0 / math.sqrt(self.d_model)
-        W = std * rng.standard_normal((self.vocab_size, self.d_model))
-        self.params["W"] = W.astype(dtype)
+        self.vocab_size, self.d_model, self.scale = int(vocab_size), int(d_model), bool(scale)
+        rng, shape = np.random.default_rng(rng), (self.vocab_size, self.d_model)
+        if init:  # N(0, 1/D)
+            W = (1.0 / math.sqrt(self.d_model)) * rng.standard_normal(shape)
+            self.params["W"] = W.astype(dtype)
+        else:  # a loader will overwrite W: zeros, no random draw
+            self.params["W"] = np.zeros(shape, dtype)
+        self.grad_shares = {}  # who -> its share of dL/dW, summed into grads["W"]
 
     def __repr__(self):
         return (
@@ -77,23 +84,6 @@ class Embedding(Module):
 
     def expected_shapes(self):
         return {"W": (self.vocab_size, self.d_model)}
-
-    def checked_call(self, ids):
-        """Look up ``ids`` (integer array of any shape); returns shape ids.shape + (D,)."""
-        ids = as_typed_array(ids, "ids", "iu", "an array of integer token ids")
-        if ids.size:
-            lo, hi = int(ids.min()), int(ids.max())
-            if lo < 0 or hi >= self.vocab_size:
-                bad = lo if lo < 0 else hi
-                raise ValueError(
-                    f"ids must be in [0, vocab_size) = [0, {self.vocab_size}), got {bad} "
-                    f"(ids range from {lo} to {hi})"
-                )
-        try:
-            return self.forward(ids)
-        except IndexError:  # the table was replaced by a smaller one
-            self.check_parameters()
-            raise
 
     def forward(self, ids):
         """Rows ``ids`` of the table, times sqrt(D) if ``scale``: ids.shape -> ids.shape + (D,)."""
@@ -116,7 +106,8 @@ class Embedding(Module):
         -------
         None
             Token ids are integers: there is no gradient with respect to them.
-            ``self.grads["W"]`` (V, D) gets the gradient of the table.
+            ``self.grads["W"]`` (V, D) gets the gradient of the table (with a tied output
+            layer's share added: :meth:`set_grad_share`).
 
         Notes
         -----
@@ -127,8 +118,7 @@ class Embedding(Module):
         .. math:: \frac{\partial L}{\partial W_{t,:}} = \sqrt{d_{\text{model}}}
                   \sum_{n:\ \mathrm{ids}_n = t} g_n
         """
-        cache = self.saved()
-        ids = cache["ids"]
+        ids = self.saved()["ids"]
         W = self.params["W"]
         g = as_grad(grad_output, ids.shape + (self.d_model,), W.dtype)
         g2 = g.reshape(-1, self.d_model)  # (N, D)
@@ -141,9 +131,39 @@ class Embedding(Module):
         sorted_ids = flat[order]
         starts = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
         dW = np.zeros_like(W)
-        dW[sorted_ids[starts]] = np.add.reduceat(g2[order], starts, axis=0)  # (n_distinct, D)
-        self.grads = {"W": dW}
+        if flat.size:  # (no token, no gradient)
+            dW[sorted_ids[starts]] = np.add.reduceat(g2[order], starts, axis=0)  # (n_distinct, D)
+        self.set_grad_share("lookup", dW)
         return None
+
+    def set_grad_share(self, who, dW):
+        """Record ``who``'s share of dL/dW (V, D); ``grads["W"]`` becomes the sum of the shares.
+
+        The lookup (:meth:`backward`, ``who="lookup"``) and a tied output layer
+        (:meth:`TiedOutput.backward`, ``who="output"``) each give their share of the last
+        backward pass; each call replaces that layer's previous share, so the two backward
+        passes may run in either order and ``grads["W"]`` is their sum after both.
+        """
+        self.grad_shares[who] = dW
+        shares = list(self.grad_shares.values())
+        self.grads = {"W": sum(shares[1:], start=shares[0])}  # one share: itself, no copy
+
+    def attend(self, h):
+        """The logits of ``h`` against the table, ``h @ W^T``: (..., D) -> (..., V).
+
+        Parameters
+        ----------
+        h : ndarray of shape (..., D)
+            Checked vectors (:class:`TiedOutput` checks them); the product runs in their dtype.
+
+        Returns
+        -------
+        ndarray of shape (..., V)
+            The dot product of each vector with every token's row.
+        """
+        W = self.params["W"].astype(h.dtype, copy=False)
+        h2 = h.reshape(-1, self.d_model)  # (..., D) -> (N, D)
+        return (h2 @ W.T).reshape(*h.shape[:-1], self.vocab_size)  # (N, D) @ (D, V) -> (..., V)
 
 
 class TiedOutput(Module):
@@ -152,43 +172,46 @@ class TiedOutput(Module):
     Parameters
     ----------
     embedding : Embedding
-        The layer whose ``W`` (V, D) is shared; its gradient gets this layer's share in
-        :meth:`backward` (added to ``embedding.grads["W"]`` by the model).
+        The layer whose ``W`` (V, D) is shared.
 
     Attributes
     ----------
     params : dict
         Only ``b`` (V,): the matrix belongs to the embedding.
-    dW : ndarray of shape (V, D)
-        This layer's contribution to the shared matrix's gradient, after ``backward``.
+
+    Notes
+    -----
+    :meth:`backward` gives this layer's share of the matrix's gradient, ``g^T h``, to the
+    embedding (:meth:`Embedding.set_grad_share`), which adds it to its own: after the backward
+    passes of both layers, in either order, ``embedding.grads["W"]`` is the whole gradient.
     """
+
+    check_init, check_call = check_tied_output_init, check_tied_output_call
 
     def __init__(self, embedding: Embedding):
         super().__init__()
         self.embedding = embedding  # not a child: its W is counted once, as the embedding's
         W = embedding.params["W"]
         self.params["b"] = np.zeros(W.shape[0], W.dtype)
-        self.dW = None
 
     def expected_shapes(self):
         return {"b": (self.embedding.vocab_size,)}
 
     def forward(self, h):
-        """``h @ E^T + b``: (B, T, D) -> (B, T, V)."""
-        W = self.embedding.params["W"]
-        h2 = h.reshape(-1, W.shape[1])  # (B, T, D) -> (B*T, D)
-        logits = h2 @ W.T  # (B*T, D) @ (D, V) -> (B*T, V)
-        logits += self.params["b"]
-        self.cache = {"h": h2, "shape": h.shape}
-        return logits.reshape(*h.shape[:-1], W.shape[0])  # -> (B, T, V)
+        """``h @ E^T + b``: (..., D) -> (..., V)."""
+        logits = self.embedding.attend(h)  # (..., D) -> (..., V)
+        logits += self.params["b"].astype(h.dtype, copy=False)
+        self.cache = {"h": h.reshape(-1, self.embedding.d_model), "shape": h.shape}  # h: (N, D)
+        return logits
 
     def backward(self, grad_output):
-        """dL/dh; ``grads["b"]`` and ``dW``, this layer's share of the embedding's gradient."""
-        W = self.embedding.params["W"]
+        """dL/dh (..., D); ``grads["b"]``, and this layer's share of the embedding's gradient."""
         cache = self.saved()
-        h2, shape = cache["h"], cache["shape"]
-        g = as_grad(grad_output, shape[:-1] + (W.shape[0],), W.dtype)
-        g2 = g.reshape(-1, W.shape[0])  # (B*T, V)
-        self.grads = {"b": g2.sum(axis=0)}
-        self.dW = g2.T @ h2  # (V, B*T) @ (B*T, D) -> (V, D)
-        return (g2 @ W).reshape(shape)  # (B*T, V) @ (V, D) -> (B, T, D)
+        h2, shape = cache["h"], cache["shape"]  # (N, D)
+        V = self.embedding.vocab_size
+        g2 = as_grad(grad_output, shape[:-1] + (V,), h2.dtype).reshape(-1, V)  # (N, V)
+        W, b = self.embedding.params["W"], self.params["b"]
+        self.grads = {"b": g2.sum(axis=0).astype(b.dtype, copy=False)}
+        dW = (g2.T @ h2).astype(W.dtype, copy=False)  # (V, N) @ (N, D) -> (V, D)
+        self.embedding.set_grad_share("output", dW)
+        return (g2 @ W.astype(h2.dtype, copy=False)).reshape(shape)  # (N, V) @ (V, D)

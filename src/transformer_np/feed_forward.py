@@ -1,23 +1,20 @@
 """The position-wise feed-forward network: two Linear layers with an activation between.
 
-It acts on each position alone: the same two matrices for every token, no mixing across the
-sequence (that is the attention's job). The paper uses ReLU and d_ff = 4 d_model; BERT and
-GPT use the exact GELU, run by the kernel of ``_kernels/gelu.py`` (tested equal to the
-formula of :func:`transformer_np.gelu`).
+The same two matrices at every position, no mixing across the sequence. The paper uses ReLU
+and d_ff = 4 d_model; BERT and GPT use the exact GELU. Page: feed-forward.md.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ._checks.general import as_grad
+from ._checks.layers import check_feed_forward_call, check_feed_forward_init
 from ._kernels.gelu import gelu, gelu_backward
-from ._validation import check_positive_int, check_rng, compute_dtype
-from .layers import Linear, check_features
+from .layers import Linear
 from .module import Module
 
 __all__ = ["FeedForward"]
-
-ACTIVATIONS = ("relu", "gelu")
 
 
 class FeedForward(Module):
@@ -60,16 +57,14 @@ class FeedForward(Module):
     (2, 3, 8)
     """
 
+    check_init, check_call = check_feed_forward_init, check_feed_forward_call
+
     def __init__(self, d_model, d_ff, *, activation="relu", rng=None, dtype=np.float64):
         super().__init__()
-        d_model = check_positive_int(d_model, "d_model")
-        d_ff = check_positive_int(d_ff, "d_ff")
-        if activation not in ACTIVATIONS:
-            raise ValueError(f'activation must be "relu" or "gelu", got {activation!r}')
-        rng = check_rng(rng)
-        self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
-        self.linear1 = Linear(d_model, d_ff, rng=rng, dtype=dtype)
-        self.linear2 = Linear(d_ff, d_model, rng=rng, dtype=dtype)
+        self.d_model, self.d_ff, self.activation = int(d_model), int(d_ff), activation
+        rng = np.random.default_rng(rng)
+        self.linear1 = Linear(self.d_model, self.d_ff, rng=rng, dtype=dtype)
+        self.linear2 = Linear(self.d_ff, self.d_model, rng=rng, dtype=dtype)
         self.add_children(linear1=self.linear1, linear2=self.linear2)
 
     def __repr__(self):
@@ -77,16 +72,10 @@ class FeedForward(Module):
             f"FeedForward(d_model={self.d_model}, d_ff={self.d_ff}, activation={self.activation!r})"
         )
 
-    def checked_call(self, x):
-        """Apply the network to ``x`` of shape (..., D); returns the same shape."""
-        x = check_features(x, "x", self.d_model, "d_model")
-        y = self.run_or_blame(self.forward, x.astype(compute_dtype(x.dtype), copy=False))
-        return y.astype(x.dtype, copy=False)
-
     # --8<-- [start:feed_forward]
     def forward(self, x):
         """``act(x W_1 + b_1) W_2 + b_2`` on a checked ``x`` (..., D), at each position alone."""
-        h = self.linear1(x)  # (..., D) -> (..., d_ff)
+        h = self.linear1.forward(x)  # (..., D) -> (..., d_ff)
         slope = None
         if self.activation == "relu":
             a = np.maximum(h, 0)  # ReLU
@@ -96,7 +85,7 @@ class FeedForward(Module):
             a, slope = gelu(h, with_slope=True)
         else:
             a = gelu(h)  # the exact GELU, x Phi(x)
-        y = self.linear2(a)  # (..., d_ff) -> (..., D)
+        y = self.linear2.forward(a)  # (..., d_ff) -> (..., D)
         self.cache = {"h": h.reshape(-1, self.d_ff), "slope": slope}  # h: (N, d_ff), a view
         return y
 
@@ -127,9 +116,10 @@ class FeedForward(Module):
         with :math:`\Phi` and :math:`\varphi` the standard normal CDF and density.
         """
         cache = self.saved()
-        h = cache["h"]
+        h = cache["h"]  # (N, d_ff)
+        g = as_grad(grad_output, self.linear2.cache["shape"][:-1] + (self.d_model,), h.dtype)
         a = self.linear2.cache["x"]  # the activation act(h), input of linear2, (N, d_ff)
-        da = self.linear2.backward(grad_output)  # (..., D) -> (..., d_ff)
+        da = self.linear2.backward(g)  # (..., D) -> (..., d_ff)
         shape = da.shape
         da = da.reshape(h.shape)
         if self.activation == "relu":

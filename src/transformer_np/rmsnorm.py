@@ -2,19 +2,14 @@ r"""RMS normalisation: LayerNorm without the mean and without the shift.
 
 .. math:: \mathrm{RMSNorm}(x) = \gamma \odot \frac{x}{\sqrt{\tfrac{1}{D}\sum_j x_j^2 + \epsilon}}
 
-LayerNorm centres each vector (subtracts its mean) and then rescales it; RMSNorm only
-rescales it to root-mean-square 1 and multiplies by a learned gain. There is no bias
-:math:`\beta`. Zhang and Sennrich (2019, "Root Mean Square Layer Normalization") found that the
-re-scaling, not the re-centring, is what keeps training stable, at a lower cost; LLaMA,
-Mistral, Gemma and SmolLM use it.
+Zhang and Sennrich (2019); LLaMA, Mistral, Gemma and SmolLM use it. Page: modern-block.md.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._validation import check_dtype, check_positive_float, check_positive_int, compute_dtype
-from .layers import check_features
+from ._checks.layers import check_rms_norm_call, check_rms_norm_init
 from .module import Module
 
 __all__ = ["RMSNorm"]
@@ -51,23 +46,18 @@ class RMSNorm(Module):
     [[1.0, -1.0, 1.0, -1.0], [1.0, 1.0, 1.0, 1.0]]
     """
 
+    check_init, check_call = check_rms_norm_init, check_rms_norm_call
+
     def __init__(self, d_model, eps=1e-5, *, dtype=np.float64):
         super().__init__()
-        self.d_model = check_positive_int(d_model, "d_model")
-        self.eps = check_positive_float(eps, "eps")
-        self.params["gamma"] = np.ones(self.d_model, check_dtype(dtype))
+        self.d_model, self.eps = int(d_model), float(eps)
+        self.params["gamma"] = np.ones(self.d_model, dtype)
 
     def __repr__(self):
         return f"RMSNorm(d_model={self.d_model}, eps={self.eps:g})"
 
     def expected_shapes(self):
         return {"gamma": (self.d_model,)}
-
-    def checked_call(self, x):
-        """Normalise ``x`` of shape (..., D); returns the same shape in ``x``'s dtype."""
-        x = check_features(x, "x", self.d_model, "d_model")
-        y = self.run_or_blame(self.forward, x.astype(compute_dtype(x.dtype), copy=False))
-        return y.astype(x.dtype, copy=False)
 
     # --8<-- [start:rmsnorm]
     def forward(self, x):
