@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from transformer_np.optim import noam_lr
+from transformer_np.schedule import noam_lr
 
 TEXT = {
     "it": {

@@ -1,7 +1,7 @@
 """clipping.py: the global norm of the gradients and clipping by it (clip_grad_norm).
 
-Sections: values, errors (bad input: a clear ValueError or TypeError, and no gradient scaled
-before every one is checked), reference (against PyTorch).
+Sections: values, errors (bad input: a TypeError for a wrong type, a ValueError for a wrong
+value, and no gradient scaled before every one is checked), reference (against PyTorch).
 """
 
 from __future__ import annotations
@@ -34,9 +34,13 @@ def test_global_norm_of_integer_gradients_does_not_overflow():
 # ============================================================================================
 
 
-def test_non_positive_max_norm_is_rejected():
-    with pytest.raises(ValueError, match="max_norm"):
-        clip_grad_norm({"a": np.ones(2)}, 0)
+@pytest.mark.parametrize(
+    ("max_norm", "error"),
+    [(0, ValueError), (float("nan"), ValueError), ("1", TypeError), (None, TypeError)],
+)
+def test_bad_max_norm_is_rejected(max_norm, error):
+    with pytest.raises(error, match=r"max_norm must be a positive finite number, got"):
+        clip_grad_norm({"a": np.ones(2)}, max_norm)
 
 
 @pytest.mark.parametrize(

@@ -54,23 +54,30 @@ def test_noam_schedule_is_noam_lr_at_every_step():
 
 
 def test_bad_step_and_warmup_raise_clear_errors():
-    with pytest.raises(ValueError, match="step must be >= 1"):
+    with pytest.raises(ValueError, match=r"step must be a positive integer.*got 0 \(int\)"):
         noam_lr(0, 64)
     with pytest.raises(ValueError, match="warmup_steps"):
         NoamSchedule(64, warmup_steps=0)
 
 
+# A wrong type is a TypeError, a wrong value a ValueError (the same message, with the type).
+
+
 @pytest.mark.parametrize("step", [None, float("nan"), float("inf"), "3", 1.5, True, 2.0])
-def test_noam_step_must_be_a_positive_integer(step):
-    with pytest.raises(ValueError, match=r"step must be a positive integer.*counted from 1"):
+def test_noam_step_must_be_an_integer(step):
+    with pytest.raises(TypeError, match=r"step must be a positive integer.*counted from 1"):
         noam_lr(step, 64)
 
 
 @pytest.mark.parametrize("name", ["d_model", "warmup_steps", "factor"])
-@pytest.mark.parametrize("value", ["64", None, True, float("nan")])
-def test_noam_hyperparameters_must_be_numbers(name, value):
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [("64", TypeError), (None, TypeError), (True, TypeError), (float("nan"), ValueError)]
+    + [(0, ValueError), (-1.0, ValueError)],
+)
+def test_noam_hyperparameters_must_be_positive_numbers(name, value, error):
     kwargs = {"d_model": 64, "warmup_steps": 100, "factor": 1.0, name: value}
-    with pytest.raises(ValueError, match=f"{name} must be a positive finite number"):
+    with pytest.raises(error, match=f"{name} must be a positive finite number, got"):
         NoamSchedule(**kwargs)
-    with pytest.raises(ValueError, match=f"{name} must be a positive finite number"):
+    with pytest.raises(error, match=f"{name} must be a positive finite number, got"):
         noam_lr(1, **kwargs)

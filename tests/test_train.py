@@ -50,7 +50,7 @@ BATCH = (IDS, (IDS + 1) % 10)
 def run_fit(lm=None, **kwargs):
     """Two steps of ``fit`` on ``BATCH``, no progress bar; ``kwargs`` override the arguments."""
     lm = float64_lm() if lm is None else lm
-    args = {"steps": 2, "optimizer": Adam(lm.parameters()), "progress": False}
+    args = {"steps": 2, "optimizer": Adam(lm.params), "progress": False}
     args.update(kwargs)
     return fit(lm, lambda step: BATCH, **args)
 
@@ -69,7 +69,7 @@ class Terminal(io.StringIO):
 
 def test_fit_learns_a_deterministic_sequence():
     model = tiny_lm()
-    opt = Adam(model.parameters(), lr=3e-3)
+    opt = Adam(model.params, lr=3e-3)
     history = fit(model, cyclic_batch, steps=60, optimizer=opt, progress=False)
     assert history["stopped"] == "steps"
     assert len(history["loss"]) == 60
@@ -80,7 +80,7 @@ def test_fit_learns_a_deterministic_sequence():
 
 def test_fit_accepts_an_iterable_and_stops_on_callback_and_evaluates():
     model = tiny_lm()
-    opt = Adam(model.parameters(), lr=1e-3)
+    opt = Adam(model.params, lr=1e-3)
     calls = []
     history = fit(
         model,
@@ -106,7 +106,7 @@ def test_fit_restores_the_mode_the_model_had(mode):
 
 def test_train_step_clips_the_gradient():
     model = tiny_lm()
-    opt = Adam(model.parameters(), lr=1e-3)
+    opt = Adam(model.params, lr=1e-3)
     loss, norm = train_step(model, cyclic_batch(), opt, clip_norm=1e-3)
     assert norm > 1e-3
     grads = model.gradients().values()
@@ -123,7 +123,7 @@ def test_train_step_clips_the_gradient():
 def test_progress_bar_writes_to_the_given_stream():
     out = io.StringIO()
     model = tiny_lm()
-    fit(model, cyclic_batch, steps=20, optimizer=Adam(model.parameters()), stream=out)
+    fit(model, cyclic_batch, steps=20, optimizer=Adam(model.params), stream=out)
     text = out.getvalue()
     assert "20/20" in text and "loss=" in text and "it/s" in text
     draws = [line for line in re.split(r"[\r\n]", text) if line.strip()]  # tqdm redraws on "\r"
@@ -134,7 +134,7 @@ def test_progress_bar_writes_to_the_given_stream():
 def test_progress_bar_redraws_in_place_on_a_terminal():
     out = Terminal()
     model = tiny_lm()
-    fit(model, cyclic_batch, steps=3, optimizer=Adam(model.parameters()), stream=out, desc="x")
+    fit(model, cyclic_batch, steps=3, optimizer=Adam(model.params), stream=out, desc="x")
     assert "\r" in out.getvalue() and "3/3" in out.getvalue()
     assert out.getvalue().lstrip("\r").startswith("x:")  # the label, then the bar
 
@@ -146,7 +146,7 @@ def test_progress_bar_shows_the_evaluations_on_lines_of_their_own():
         model,
         cyclic_batch,
         steps=10,
-        optimizer=Adam(model.parameters()),
+        optimizer=Adam(model.params),
         eval_fn=lambda m: {"val": 0.25, "n": 3},
         eval_every=5,
         stream=out,
@@ -162,7 +162,7 @@ def test_progress_false_writes_nothing():
         model,
         cyclic_batch,
         steps=4,
-        optimizer=Adam(model.parameters()),
+        optimizer=Adam(model.params),
         eval_fn=lambda m: {"val": 1.0},
         eval_every=2,
         progress=False,
@@ -233,7 +233,7 @@ def test_demo_command_lines_run_and_save_a_checkpoint(module, tmp_path, capsys):
 
 def test_train_step_refuses_an_optimizer_of_another_model():
     lm, other = float64_lm(0), float64_lm(1)
-    opt = Adam(other.parameters(), lr=0.1)
+    opt = Adam(other.params, lr=0.1)
     lm_before, other_before = parameter_snapshot(lm), parameter_snapshot(other)
     with pytest.raises(ValueError, match=r"optimizer was not built on this model's parameters"):
         train_step(lm, BATCH, opt)
@@ -244,21 +244,36 @@ def test_train_step_refuses_an_optimizer_of_another_model():
 
 def test_train_step_refuses_an_optimizer_of_copies():
     lm = float64_lm()
-    opt = Adam({k: v.copy() for k, v in lm.parameters().items()})
-    with pytest.raises(ValueError, match="not the model's own arrays"):
+    opt = Adam({k: v.copy() for k, v in lm.params.items()})
+    n = len(lm.params)
+    with pytest.raises(ValueError, match=rf"{n} of {n} arrays \(first 'embed.W'\) are not the mo"):
         train_step(lm, BATCH, opt)
+
+
+def test_train_step_refuses_an_optimizer_of_part_of_the_model():
+    lm = float64_lm()
+    opt = Adam({k: v for k, v in lm.params.items() if k != "embed.W"})
+    with pytest.raises(ValueError, match=r"other parameter names \(the model's \['embed.W'\] are"):
+        train_step(lm, BATCH, opt)
+
+
+def test_train_step_accepts_the_model_arrays_in_any_order():
+    lm = float64_lm()
+    opt = Adam(dict(reversed(list(lm.params.items()))))
+    train_step(lm, BATCH, opt)
+    assert opt.t == 1
 
 
 def test_train_step_refuses_something_that_is_not_an_optimizer():
     lm = float64_lm()
-    with pytest.raises(TypeError, match=r"optimizer must be .*Adam\(model.parameters\(\)\)"):
-        train_step(lm, BATCH, lm.parameters())
+    with pytest.raises(TypeError, match=r"optimizer must be .*Adam\(model.params\)"):
+        train_step(lm, BATCH, lm.params)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"clip_norm": "1"}, TypeError, r"clip_norm must be a positive number or None.*'1'"),
+        ({"clip_norm": "1"}, TypeError, r"clip_norm must be a positive finite number or None.*'1'"),
         ({"clip_norm": 0}, ValueError, "clip_norm must be a positive finite number or None"),
         ({"clip_norm": float("nan")}, ValueError, "clip_norm must be a positive finite"),
         (
@@ -270,7 +285,7 @@ def test_train_step_refuses_something_that_is_not_an_optimizer():
 )
 def test_train_step_bad_arguments(kwargs, error, message):
     lm = float64_lm()
-    opt = Adam(lm.parameters())
+    opt = Adam(lm.params)
     before = parameter_snapshot(lm)
     with pytest.raises(error, match=message):
         train_step(lm, BATCH, opt, **kwargs)
@@ -289,7 +304,16 @@ def test_train_step_bad_arguments(kwargs, error, message):
 def test_train_step_bad_batch(batch, error, message):
     lm = float64_lm()
     with pytest.raises(error, match=message):
-        train_step(lm, batch, Adam(lm.parameters()))
+        train_step(lm, batch, Adam(lm.params))
+
+
+def test_bad_token_ids_are_an_error_not_a_divergence():
+    lm = float64_lm()
+    ids = IDS.copy()
+    ids[0, 0] = 99  # outside the vocabulary of 10
+    with pytest.raises(ValueError, match=r"token ids in \[0, 10\)") as error:
+        train_step(lm, (ids, IDS), Adam(lm.params))
+    assert not isinstance(error.value, TrainingDiverged)
 
 
 def test_loss_returning_a_tuple_is_a_clear_error():
@@ -299,7 +323,7 @@ def test_loss_returning_a_tuple_is_a_clear_error():
 
     lm = float64_lm()
     with pytest.raises(TypeError, match="loss_fn must return the loss as a number, got tuple"):
-        train_step(lm, BATCH, Adam(lm.parameters()), TupleLoss())
+        train_step(lm, BATCH, Adam(lm.params), TupleLoss())
 
 
 # -------------------------------------------------------------------- bad arguments of fit
@@ -308,7 +332,7 @@ def test_loss_returning_a_tuple_is_a_clear_error():
 def test_fit_rejects_bad_arguments():
     model = tiny_lm()
     with pytest.raises(ValueError, match="steps must be a positive integer"):
-        fit(model, cyclic_batch, steps=0, optimizer=Adam(model.parameters()))
+        fit(model, cyclic_batch, steps=0, optimizer=Adam(model.params))
 
 
 @pytest.mark.parametrize(
@@ -321,7 +345,9 @@ def test_fit_rejects_bad_arguments():
         ({"eval_every": True}, TypeError, r"eval_every must be an integer >= 0.*bool"),
         ({"steps": True}, TypeError, "steps must be a positive integer.*bool"),
         ({"steps": 1.5}, TypeError, "steps must be a positive integer"),
-        ({"clip_norm": "1"}, TypeError, "clip_norm must be a positive number"),
+        ({"clip_norm": "1"}, TypeError, "clip_norm must be a positive finite number or None"),
+        ({"progress": "no"}, TypeError, "progress must be True or False, got 'no'"),
+        ({"single_blas_thread": 1}, TypeError, "single_blas_thread must be True or False"),
         ({"eval_fn": 3}, TypeError, "eval_fn must be a callable"),
         ({"callback": "stop"}, TypeError, "callback must be a callable"),
         ({"overwrite_checkpoint": "yes"}, TypeError, "overwrite_checkpoint must be True or"),
@@ -330,7 +356,7 @@ def test_fit_rejects_bad_arguments():
 )
 def test_fit_bad_arguments_fail_before_training(kwargs, error, message):
     lm = float64_lm()
-    opt = Adam(lm.parameters())
+    opt = Adam(lm.params)
     before = parameter_snapshot(lm)
     with pytest.raises(error, match=message):
         run_fit(lm, optimizer=opt, **kwargs)
@@ -341,13 +367,13 @@ def test_fit_bad_arguments_fail_before_training(kwargs, error, message):
 def test_fit_refuses_batches_that_are_neither_callable_nor_iterable():
     lm = float64_lm()
     with pytest.raises(TypeError, match="batches must be a callable batches"):
-        fit(lm, 3, steps=1, optimizer=Adam(lm.parameters()), progress=False)
+        fit(lm, 3, steps=1, optimizer=Adam(lm.params), progress=False)
 
 
 def test_fit_refuses_an_optimizer_of_another_model_before_training():
     lm, other = float64_lm(0), float64_lm(1)
     with pytest.raises(ValueError, match="optimizer was not built on this model's parameters"):
-        run_fit(lm, optimizer=Adam(other.parameters()))
+        run_fit(lm, optimizer=Adam(other.params))
 
 
 def test_eval_fn_must_return_a_dict():
@@ -359,7 +385,7 @@ def test_eval_fn_must_return_a_dict():
 def test_fit_with_too_few_batches_says_how_many_were_used():
     lm = float64_lm()
     with pytest.raises(ValueError, match=r"batches ran out after 2 batch\(es\), but steps=3"):
-        fit(lm, [BATCH, BATCH], steps=3, optimizer=Adam(lm.parameters()), progress=False)
+        fit(lm, [BATCH, BATCH], steps=3, optimizer=Adam(lm.params), progress=False)
 
 
 def test_fit_restores_the_mode_after_an_error():
@@ -378,7 +404,7 @@ def test_fit_restores_the_mode_after_an_error():
 
 def test_fit_checks_the_checkpoint_directory_before_training(tmp_path):
     lm = float64_lm()
-    opt = Adam(lm.parameters())
+    opt = Adam(lm.params)
     missing = tmp_path / "missing" / "m.npz"
     with pytest.raises(FileNotFoundError, match=r"directory .*missing.* does not exist"):
         run_fit(lm, optimizer=opt, checkpoint=missing)
@@ -389,15 +415,13 @@ def test_fit_does_not_replace_an_existing_checkpoint_unless_allowed(tmp_path):
     path = tmp_path / "m.npz"
     path.write_bytes(b"the user's file")
     lm = float64_lm()
-    opt = Adam(lm.parameters())
+    opt = Adam(lm.params)
     with pytest.raises(FileExistsError, match=r"m\.npz' already exists.*overwrite_checkpoint"):
         run_fit(lm, optimizer=opt, checkpoint=path)
     assert opt.t == 0  # refused before training
     assert path.read_bytes() == b"the user's file"
     run_fit(lm, optimizer=opt, checkpoint=path, overwrite_checkpoint=True)
-    np.testing.assert_array_equal(
-        load_model(path).parameters()["embed.W"], lm.parameters()["embed.W"]
-    )
+    np.testing.assert_array_equal(load_model(path).params["embed.W"], lm.params["embed.W"])
 
 
 def test_fit_checkpoint_without_suffix_is_checked_as_npz(tmp_path):
@@ -426,11 +450,11 @@ def test_demo_save_keeps_an_existing_file_unless_overwrite(demo, tmp_path, capsy
 
 def test_nan_loss_stops_training_with_a_message_and_saves_nothing(tmp_path):
     model = tiny_lm()
-    opt = Adam(model.parameters(), lr=1e-3)
+    opt = Adam(model.params, lr=1e-3)
 
     def poison(step, history):
         if step == 3:
-            model.parameters()["embed.W"][0, 0] = np.nan
+            model.params["embed.W"][0, 0] = np.nan
         return False
 
     path = tmp_path / "model.npz"
@@ -458,12 +482,26 @@ def test_non_finite_gradient_leaves_the_parameters_untouched():
             return g
 
     model = tiny_lm()
-    opt = Adam(model.parameters(), lr=1e-3)
-    before = {k: v.copy() for k, v in model.parameters().items()}
-    with pytest.raises(TrainingDiverged, match="gradient norm"):
+    opt = Adam(model.params, lr=1e-3)
+    before = {k: v.copy() for k, v in model.params.items()}
+    with pytest.raises(TrainingDiverged, match=r"grad_logits contains inf"):
         train_step(model, cyclic_batch(), opt, NanGradient())
-    for k, v in model.parameters().items():
+    for k, v in model.params.items():
         np.testing.assert_array_equal(v, before[k])
+    assert opt.t == 0
+
+
+def test_nan_loss_of_a_loss_of_ones_own_is_a_divergence():
+    class NanLoss(CrossEntropyLoss):
+        def __call__(self, logits, targets):
+            return float("nan")
+
+    lm = float64_lm()
+    opt = Adam(lm.params)
+    before = parameter_snapshot(lm)
+    with pytest.raises(TrainingDiverged, match="the loss is nan"):
+        train_step(lm, BATCH, opt, NanLoss())
+    assert_parameters_unchanged(lm, before)
     assert opt.t == 0
 
 
@@ -472,7 +510,7 @@ def test_huge_learning_rate_diverges_and_keeps_the_last_finite_parameters(tmp_pa
     the gradients overflows to inf. fit must stop there with TrainingDiverged, keep the
     parameters of the last finite step (all finite) and save nothing."""
     model = tiny_lm(norm_first=False)
-    opt = Adam(model.parameters(), lr=1e5)
+    opt = Adam(model.params, lr=1e5)
     finished = {"step": 0, "params": parameter_snapshot(model)}
 
     def remember(step, history):  # called after every step that ended well
@@ -493,7 +531,7 @@ def test_huge_learning_rate_diverges_and_keeps_the_last_finite_parameters(tmp_pa
     assert 1 <= finished["step"] < 29  # it trained, and diverged well before the end
     assert f"diverged at step {finished['step'] + 1} (" in str(diverged.value)
     assert opt.t == finished["step"]  # the diverging step made no update
-    for name, value in model.parameters().items():
+    for name, value in model.params.items():
         assert np.isfinite(value).all(), name
         np.testing.assert_array_equal(value, finished["params"][name], err_msg=name)
     assert not path.exists()
@@ -503,7 +541,7 @@ def test_divergence_is_still_reported_as_training_diverged(tmp_path):
     lm = float64_lm()
 
     def poison(step, history):
-        lm.parameters()["embed.W"][0, 0] = np.nan
+        lm.params["embed.W"][0, 0] = np.nan
 
     with pytest.raises(TrainingDiverged, match="diverged at step 2"):
         run_fit(lm, callback=poison, checkpoint=tmp_path / "m.npz")

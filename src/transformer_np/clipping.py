@@ -3,7 +3,8 @@
 Gradients are plain dicts ``name -> ndarray`` (what ``model.gradients()`` returns).
 :func:`global_norm` measures them all as one vector; :func:`clip_grad_norm` scales them in place
 so that this norm is at most ``max_norm``, as ``torch.nn.utils.clip_grad_norm_`` does.
-:func:`~transformer_np.train_step` calls it before every Adam step.
+:func:`~transformer_np.train_step` calls it before every Adam step. Page:
+``docs/*/training.md``, section "Gradient clipping".
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import math
 
 import numpy as np
 
-from ._validation import check_positive_number, grad_arrays
+from ._checks.boundary import checked
+from ._checks.training import check_clip_grad_norm, check_global_norm
 
 __all__ = ["clip_grad_norm", "global_norm"]
 
 
+@checked(check_global_norm)
 def global_norm(grads):
     """Euclidean norm of all gradients taken together, ``sqrt(sum_k ||g_k||^2)``.
 
@@ -43,14 +46,16 @@ def global_norm(grads):
     5.0
     """
     total = 0.0
-    for g in grad_arrays(grads).values():
-        flat = g.reshape(-1)
-        if flat.dtype.kind != "f":
-            flat = flat.astype(np.float64)  # an integer dot product would overflow silently
-        total += float(np.dot(flat, flat))
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow makes the norm inf
+        for g in grads.values():
+            flat = g.reshape(-1)
+            if flat.dtype.kind != "f":
+                flat = flat.astype(np.float64)  # an integer dot product would overflow silently
+            total += float(np.dot(flat, flat))
     return math.sqrt(total)
 
 
+@checked(check_clip_grad_norm)
 def clip_grad_norm(grads, max_norm):
     """Scale all gradients in place so that their global norm is at most ``max_norm``.
 
@@ -71,7 +76,7 @@ def clip_grad_norm(grads, max_norm):
     ------
     TypeError
         If ``grads`` is not a dict of floating-point ndarrays (a list or an integer array cannot
-        be scaled in place). Nothing is modified.
+        be scaled in place), or ``max_norm`` is not a number. Nothing is modified.
     ValueError
         If ``max_norm`` is not a positive finite number.
 
@@ -88,11 +93,9 @@ def clip_grad_norm(grads, max_norm):
     >>> clip_grad_norm(g, 1.0), g["w"].round(3).tolist()
     (5.0, [0.6, 0.8])
     """
-    max_norm = check_positive_number("max_norm", max_norm)
-    arrays = grad_arrays(grads, in_place=True)
-    norm = global_norm(arrays)
+    norm = global_norm.unchecked(grads)
     if math.isfinite(norm) and norm > max_norm:
         scale = max_norm / (norm + 1e-6)
-        for g in arrays.values():
+        for g in grads.values():
             g *= scale
     return norm

@@ -1,116 +1,27 @@
 """Softmax cross-entropy loss with padding ignored and label smoothing, forward and backward.
 
 The loss is computed from the logits directly (the log-softmax of
-:mod:`transformer_np.functional`, with the maximum subtracted), so it never overflows, and its
-gradient has the famous closed form ``softmax(z) - q``.
+:mod:`transformer_np.functional`, with the maximum subtracted), so no exponential overflows, and
+its gradient has the famous closed form ``softmax(z) - q``. Page: ``docs/*/training.md``.
 """
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
-from ._validation import first_index, shape_str
-from .functional import log_softmax, log_softmax_forward
+from ._checks.boundary import checked
+from ._checks.training import (
+    check_cross_entropy,
+    check_cross_entropy_loss_init,
+    check_loss_backward,
+    check_loss_is_finite,
+)
+from .functional import log_softmax
 
-# log_softmax is defined in transformer_np.functional and imported from here too.
-__all__ = ["cross_entropy", "CrossEntropyLoss", "log_softmax"]
-
-
-def _check_ignore_index(ignore_index):
-    if ignore_index is not None and (
-        isinstance(ignore_index, bool | np.bool_) or not isinstance(ignore_index, numbers.Integral)
-    ):
-        raise TypeError(
-            "ignore_index must be an int (the target id of the rows to skip) or None, "
-            f"got {ignore_index!r} ({type(ignore_index).__name__})"
-        )
-    return None if ignore_index is None else int(ignore_index)
+__all__ = ["cross_entropy", "CrossEntropyLoss"]
 
 
-def _check_label_smoothing(label_smoothing):
-    if isinstance(label_smoothing, bool | np.bool_) or not isinstance(
-        label_smoothing, numbers.Real
-    ):
-        raise TypeError(
-            "label_smoothing must be a real number in [0, 1), "
-            f"got {label_smoothing!r} ({type(label_smoothing).__name__})"
-        )
-    eps = float(label_smoothing)
-    if not 0.0 <= eps < 1.0:  # also rejects NaN
-        raise ValueError(f"label_smoothing must be in [0, 1), got {eps}")
-    return eps
-
-
-def _check_inputs(logits, targets, ignore_index, label_smoothing):
-    ignore_index = _check_ignore_index(ignore_index)
-    label_smoothing = _check_label_smoothing(label_smoothing)
-    logits = np.asarray(logits)
-    targets = np.asarray(targets)
-    if not np.issubdtype(logits.dtype, np.floating):
-        raise TypeError(f"logits must be a floating-point array, got dtype {logits.dtype}")
-    if not np.issubdtype(targets.dtype, np.integer):
-        raise TypeError(f"targets must be an integer array of class ids, got dtype {targets.dtype}")
-    if logits.ndim < 1 or logits.shape[:-1] != targets.shape:
-        raise ValueError(
-            "logits must have shape targets.shape + (V,), "
-            f"got logits {logits.shape} and targets {targets.shape}"
-        )
-    V = logits.shape[-1]
-    if V == 0:
-        raise ValueError(
-            f"logits has an empty class axis: shape {shape_str(logits.shape)}; "
-            "expected at least one class score per row (V >= 1)"
-        )
-    valid = np.ones(targets.shape, dtype=bool) if ignore_index is None else targets != ignore_index
-    bad = valid & ((targets < 0) | (targets >= V))
-    if bad.any():
-        raise ValueError(
-            f"targets must be class ids in [0, {V}) (or ignore_index={ignore_index}), "
-            f"got {targets[bad].ravel()[:5].tolist()}"
-        )
-    _check_logit_values(logits, targets, valid, label_smoothing)
-    return logits, targets, valid, label_smoothing
-
-
-def _check_logit_values(logits, targets, valid, label_smoothing):
-    """Reject NaN and +inf; allow -inf (a masked class) where the loss stays finite."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        total = np.add.reduce(logits, axis=None)
-    if np.isfinite(total):  # fast path: no NaN and no inf anywhere
-        return
-    nan, posinf = np.isnan(logits), np.isposinf(logits)
-    if nan.any() or posinf.any():
-        bad = nan | posinf
-        raise ValueError(
-            f"logits contain NaN or inf ({int(nan.sum())} NaN and {int(posinf.sum())} +inf "
-            f"of {logits.size} values, first at index {first_index(bad)}); expected finite "
-            "values (-inf is allowed: it masks a class)"
-        )
-    neginf = np.isneginf(logits) & valid[..., None]  # -inf on the rows that count
-    if not neginf.any():
-        return
-    # A masked class has probability 0, log-probability -inf: the loss is infinite if the
-    # target distribution puts any mass on it.
-    at_target = np.take_along_axis(logits, np.where(valid, targets, 0)[..., None], axis=-1)
-    hit = valid & np.isneginf(at_target[..., 0])
-    if hit.any():
-        raise ValueError(
-            f"logits are -inf at the target class on {int(hit.sum())} row(s) (first at row "
-            f"index {first_index(hit)}): a masked class cannot be the target, the loss would "
-            "be infinite; mask only classes that are never the target, or set those targets "
-            "to ignore_index"
-        )
-    if label_smoothing:
-        raise ValueError(
-            f"label_smoothing = {label_smoothing} puts probability label_smoothing / V on every "
-            f"class, but logits has -inf (masked classes) on {int(neginf.sum())} value(s) of "
-            f"rows that count (first at index {first_index(neginf)}): the loss would be "
-            "infinite; use label_smoothing=0 with masked logits"
-        )
-
-
+@checked(check_cross_entropy)
 def cross_entropy(logits, targets, *, ignore_index=None, label_smoothing=0.0):
     """Mean softmax cross-entropy and its gradient with respect to the logits.
 
@@ -120,8 +31,7 @@ def cross_entropy(logits, targets, *, ignore_index=None, label_smoothing=0.0):
         Unnormalised scores, one row per predicted token. NaN and ``+inf`` are rejected.
         ``-inf`` masks a class (probability 0, gradient 0) and is allowed where the loss stays
         finite: never at the target class of a counted row, and only with
-        ``label_smoothing=0`` (smoothing puts mass on every class); otherwise a ValueError
-        says where.
+        ``label_smoothing=0`` (smoothing puts mass on every class).
     targets : ndarray of int, shape (...)
         The correct class of every row, in ``[0, V)``; rows equal to ``ignore_index`` are skipped.
     ignore_index : int or None
@@ -137,6 +47,19 @@ def cross_entropy(logits, targets, *, ignore_index=None, label_smoothing=0.0):
         Mean over the non-ignored rows (0.0 if every row is ignored).
     grad_logits : ndarray of shape (..., V)
         d loss / d logits, same dtype as ``logits``.
+
+    Raises
+    ------
+    TypeError
+        If ``logits`` is not a float array, ``targets`` not an integer array, ``ignore_index``
+        not an int or None, or ``label_smoothing`` not a number.
+    ValueError
+        If the shapes do not match, a target is not a class id, or ``label_smoothing`` is not
+        in ``[0, 1)``.
+    NotFiniteError
+        (a ValueError) If the loss would not be finite: NaN or ``+inf`` logits, ``-inf`` where
+        the target distribution has mass, or logits too far apart for their dtype. The message
+        says where.
 
     Notes
     -----
@@ -159,35 +82,28 @@ def cross_entropy(logits, targets, *, ignore_index=None, label_smoothing=0.0):
     >>> round(loss, 4), grad[1].tolist()
     (0.2395, [0.0, 0.0, 0.0])
     """
-    logits, targets, valid, label_smoothing = _check_inputs(
-        logits, targets, ignore_index, label_smoothing
-    )
     V = logits.shape[-1]
     z = logits.reshape(-1, V)  # (..., V) -> (N_all, V)
-    y = targets.reshape(-1)
-    ok = valid.reshape(-1)
-    n = int(ok.sum())
+    y = targets.reshape(-1)  # (N_all,)
+    kept = np.ones(y.shape, bool) if ignore_index is None else y != ignore_index
+    n = int(kept.sum())
     if n == 0:
         return 0.0, np.zeros_like(logits)
-    everything = n == y.size
-    rows = slice(None) if everything else np.nonzero(ok)[0]
+    rows = slice(None) if n == y.size else np.flatnonzero(kept)  # no copy without padding
     yk = y[rows]  # (N,)
-    logp = log_softmax_forward(z[rows])  # (N, V), logits checked above
-    nll = -logp[np.arange(n), yk]  # (N,)
+    # 1. The loss: -(1 - eps) log p_y - eps mean_i log p_i, averaged over the kept rows.
+    logp = log_softmax.unchecked(z[rows], -1)  # (N, V)
+    per_row = -logp[np.arange(n), yk]  # (N,)
     if label_smoothing:
-        smooth = -logp.mean(axis=-1)  # (N,)
-        per_row = (1.0 - label_smoothing) * nll + label_smoothing * smooth
-    else:
-        per_row = nll
-    loss = float(per_row.sum() / n)
-
-    # Backward: (softmax - q) / N on the kept rows, zero elsewhere.
+        per_row = (1.0 - label_smoothing) * per_row - label_smoothing * logp.mean(axis=-1)
+    loss = check_loss_is_finite(float(per_row.sum() / n), logits)
+    # 2. The gradient: (p - q) / N on the kept rows, zero on the ignored ones.
     g = np.exp(logp)  # p, (N, V)
     if label_smoothing:
         g -= label_smoothing / V
     g[np.arange(n), yk] -= 1.0 - label_smoothing
     g /= n
-    if everything:
+    if n == y.size:
         return loss, g.reshape(logits.shape)
     grad = np.zeros_like(z)
     grad[rows] = g
@@ -214,8 +130,9 @@ class CrossEntropyLoss:
     """
 
     def __init__(self, ignore_index=None, label_smoothing=0.0):
-        self.ignore_index = _check_ignore_index(ignore_index)
-        self.label_smoothing = _check_label_smoothing(label_smoothing)
+        check_cross_entropy_loss_init(ignore_index, label_smoothing)
+        self.ignore_index = None if ignore_index is None else int(ignore_index)
+        self.label_smoothing = float(label_smoothing)
         self._grad = None
 
     def forward(self, logits, targets):
@@ -236,14 +153,5 @@ class CrossEntropyLoss:
         ``grad_output`` is the gradient of the final objective with respect to the (scalar)
         loss: a finite real number, 1.0 when the loss is the objective itself.
         """
-        if isinstance(grad_output, bool | np.bool_) or not isinstance(grad_output, numbers.Real):
-            raise TypeError(
-                "grad_output must be a finite real number (the gradient with respect to the "
-                f"scalar loss), got {grad_output!r} ({type(grad_output).__name__})"
-            )
-        g = float(grad_output)
-        if not np.isfinite(g):
-            raise ValueError(f"grad_output must be a finite real number, got {g}")
-        if self._grad is None:
-            raise RuntimeError("CrossEntropyLoss.backward called before forward")
+        g = check_loss_backward(self, grad_output)
         return self._grad * g if g != 1.0 else self._grad

@@ -1,31 +1,26 @@
-"""Optimisation: Adam (the warm-up schedule is in schedule.py, clipping in clipping.py).
+"""Adam, the optimiser of the paper (the warm-up schedule is in schedule.py, clipping in
+clipping.py). Page: ``docs/*/training.md``, section "Adam".
 
 Parameters and gradients are plain dicts ``name -> ndarray`` with the same keys (what
-``model.parameters()`` and ``model.gradients()`` return). Adam updates the parameter arrays in
+``model.params`` and ``model.gradients()`` return). Adam updates the parameter arrays in
 place, so every layer that holds them sees the new values.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ._validation import (
-    as_typed_array,
-    check_finite,
-    check_positive_number,
-    check_step,
-    grad_arrays,
-    real_scalar,
-    shape_str,
-    type_name,
+from ._checks.training import (
+    check_adam_init,
+    check_adam_state,
+    check_adam_step,
+    check_current_lr,
+    lr_at_step,
 )
-from .schedule import NoamSchedule, noam_lr  # re-exported: transformer_np.optim.noam_lr
 
-__all__ = ["Adam", "NoamSchedule", "noam_lr"]
+__all__ = ["Adam"]
 
 
 class Adam:
@@ -38,7 +33,8 @@ class Adam:
         keeps references to these arrays, as ``torch.optim`` does.
     lr : float or callable
         Learning rate (a positive finite number), or a schedule ``step -> lr`` (e.g.
-        :class:`NoamSchedule`), step from 1, whose values are checked when they are used.
+        :class:`~transformer_np.schedule.NoamSchedule`), step from 1, whose values are checked
+        when they are used.
     betas : tuple of float
         Decay rates of the first and second moment, a pair of numbers in ``[0, 1)``; the paper
         uses ``(0.9, 0.98)``.
@@ -50,11 +46,11 @@ class Adam:
     Raises
     ------
     TypeError
-        If ``params`` is not a non-empty dict of floating-point ndarrays, or ``betas`` is not a
-        pair.
+        If ``params`` is not a non-empty dict of floating-point ndarrays, ``betas`` is not a
+        pair, or ``lr``, a beta, ``eps`` or ``weight_decay`` is not a number (a string such as
+        ``"0.1"`` included).
     ValueError
-        If ``lr``, ``betas``, ``eps`` or ``weight_decay`` is out of range, NaN, infinite or not
-        a number (a string such as ``"0.1"`` included).
+        If ``lr``, ``betas``, ``eps`` or ``weight_decay`` is out of range, NaN or infinite.
 
     Notes
     -----
@@ -81,187 +77,34 @@ class Adam:
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0):
-        if not isinstance(params, Mapping) or not params:
-            raise TypeError(f"params must be a non-empty dict name -> ndarray, got {type(params)}")
-        for name, p in params.items():
-            if not isinstance(p, np.ndarray) or not np.issubdtype(p.dtype, np.floating):
-                raise TypeError(f"parameter {name!r} must be a floating-point ndarray")
-        if not callable(lr):
-            check_positive_number("lr", lr, " (or a schedule step -> lr)")
-        b1, b2 = self._check_betas(betas)
-        eps = check_positive_number("eps", eps)
-        wd = real_scalar(weight_decay)
-        if wd is None or not math.isfinite(wd) or wd < 0:
-            raise ValueError(
-                "weight_decay must be a finite number >= 0 (0 turns it off), "
-                f"got {weight_decay!r} ({type_name(weight_decay)})"
-            )
+        check_adam_init(params, lr, betas, eps, weight_decay)
         self.params = params
         self.lr = lr
-        self.betas = (b1, b2)
-        self.eps = eps
-        self.weight_decay = wd
-        self.t = 0
-        self._names = list(params)
+        self.betas = (float(betas[0]), float(betas[1]))
+        self.eps = float(eps)
+        self.weight_decay = float(weight_decay)
+        self.t = 0  # steps taken
         # The arrays themselves, looked up once (they are updated in place): assigning a new
         # array to params[name] later is not seen by this optimiser.
+        self._names = list(params)
         self._arrays = [params[k] for k in self._names]
-        dtypes = {p.dtype for p in params.values()}
-        self.dtype = np.result_type(*dtypes)
-        sizes = [params[k].size for k in self._names]
-        self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
-        n = int(self._offsets[-1])
-        self.m = np.zeros(n, dtype=self.dtype)
-        self.v = np.zeros(n, dtype=self.dtype)
-        self._update = np.empty(n, dtype=self.dtype)  # scratch space of step()
-
-    @staticmethod
-    def _check_betas(betas):
-        if (
-            isinstance(betas, str)
-            or not hasattr(betas, "__len__")
-            or not hasattr(betas, "__getitem__")
-        ):
-            raise TypeError(
-                f"betas must be a pair (beta1, beta2) of numbers in [0, 1), "
-                f"got {betas!r} ({type_name(betas)})"
-            )
-        if len(betas) != 2:
-            raise ValueError(
-                f"betas must be a pair (beta1, beta2) of numbers in [0, 1), "
-                f"got {betas!r} (of length {len(betas)})"
-            )
-        out = []
-        for i, b in enumerate(betas):
-            number = real_scalar(b)
-            if number is None or not 0.0 <= number < 1.0:  # NaN fails the comparison too
-                raise ValueError(
-                    f"betas[{i}] must be a number in [0, 1), got {b!r} ({type_name(b)})"
-                )
-            out.append(number)
-        return tuple(out)
+        self.dtype = np.result_type(*(p.dtype for p in self._arrays))
+        # Both moments of every parameter in one flat vector; parameter i is [off[i]:off[i+1]].
+        self._offsets = np.cumsum([0] + [p.size for p in self._arrays]).tolist()
+        self.m = np.zeros(self._offsets[-1], dtype=self.dtype)
+        self.v = np.zeros(self._offsets[-1], dtype=self.dtype)
+        self._update = np.empty_like(self.m)  # the step's scratch space
 
     def current_lr(self, step=None):
-        """The learning rate used at ``step``.
-
-        Parameters
-        ----------
-        step : int, optional
-            An optimiser step, counted from 1; default the next step (``self.t + 1``).
-
-        Returns
-        -------
-        float
+        """The learning rate used at ``step`` (an integer >= 1; default the next step, ``t + 1``).
 
         Raises
         ------
-        ValueError
+        TypeError, ValueError
             If ``step`` is not an integer >= 1, or the schedule returns something other than a
             positive finite number.
         """
-        step = self.t + 1 if step is None else check_step(step)
-        if not callable(self.lr):
-            return check_positive_number("lr", self.lr)
-        lr = self.lr(step)
-        return check_positive_number(
-            "lr", lr, f" (returned by the schedule {self.lr!r} at step {step})"
-        )
-
-    def check_holds(self, params) -> None:
-        """Raise ValueError unless ``params`` are the very arrays this optimiser updates.
-
-        The arrays are compared by identity, not by value: an optimiser built on another model,
-        or on copies of the arrays, would train arrays that nobody reads.
-
-        Parameters
-        ----------
-        params : dict of str to ndarray
-            The parameters that should be trained, usually ``model.parameters()``.
-
-        Raises
-        ------
-        ValueError
-            If ``params`` is not a dict, has other names than the optimiser's, or holds an array
-            that is not the one the optimiser updates (the message says which).
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> w = {"x": np.zeros(2)}
-        >>> Adam(w).check_holds(w)  # the same arrays: nothing to say
-        >>> Adam(w).check_holds({"x": w["x"].copy()})  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        ValueError: optimizer was not built on this model's parameters: 1 of 1 arrays (first 'x')...
-        """
-        if not isinstance(params, Mapping):
-            problem = f"the parameters must be a dict name -> ndarray, got {type_name(params)}"
-        elif set(params) != set(self._names):
-            missing = sorted(set(params) - set(self._names))
-            extra = sorted(set(self._names) - set(params))
-            problem = (
-                f"the optimiser holds other parameter names (the model's {missing[:3]} are "
-                f"missing, {extra[:3]} are not the model's)"
-            )
-        else:
-            pairs = zip(self._names, self._arrays, strict=True)
-            foreign = [name for name, array in pairs if params[name] is not array]
-            if not foreign:
-                return
-            problem = (
-                f"{len(foreign)} of {len(self._names)} arrays (first {foreign[0]!r}) are not the "
-                "model's own arrays, so the update would not reach the model"
-            )
-        raise ValueError(
-            f"optimizer was not built on this model's parameters: {problem}; "
-            "build it with Adam(model.parameters()) of the model you train"
-        )
-
-    def _check_grads(self, grads) -> np.ndarray:
-        """Check ``grads`` and return them as one flat vector of ``self.dtype`` (a new array).
-
-        Keys, exact shapes, real numeric dtypes and finiteness are all checked here, before
-        the optimiser or any parameter is touched.
-        """
-        if not isinstance(grads, Mapping):
-            raise TypeError(
-                f"grads must be a dict name -> ndarray with the keys of params, "
-                f"got {type_name(grads)}"
-            )
-        if set(grads) != set(self._names):
-            missing = sorted(set(self._names) - set(grads))
-            extra = sorted(set(grads) - set(self._names))
-            raise ValueError(
-                f"grads must have the keys of params; missing {missing}, extra {extra}"
-            )
-        arrays = grad_arrays(grads)
-        for k, p in zip(self._names, self._arrays, strict=True):
-            if arrays[k].shape != p.shape:
-                raise ValueError(
-                    f"grads[{k!r}] must have the shape of params[{k!r}], {shape_str(p.shape)}, "
-                    f"got {shape_str(arrays[k].shape)}"
-                )
-        with np.errstate(over="ignore", invalid="ignore"):  # reported just below
-            g = np.concatenate([arrays[k].reshape(-1) for k in self._names], dtype=self.dtype)
-            total = np.add.reduce(g)
-        if not math.isfinite(total):
-            bad = np.flatnonzero(~np.isfinite(g))
-            if bad.size:
-                i = int(np.searchsorted(self._offsets, bad[0], side="right")) - 1
-                k = self._names[i]
-                try:
-                    check_finite(arrays[k], f"grads[{k!r}]")
-                    reason = (
-                        f"grads[{k!r}] overflows {self.dtype} (values beyond its range); "
-                        "expected finite values"
-                    )
-                except ValueError as exc:
-                    reason = str(exc)
-                raise FloatingPointError(
-                    f"{reason}: the step is refused and neither the parameters nor the "
-                    "optimiser state were changed"
-                )
-        return g
+        return lr_at_step(self.lr, check_current_lr(self, step))
 
     def step(self, grads: Mapping[str, np.ndarray], lr: float | Callable | None = None):
         """Apply one update with ``grads`` (same keys and shapes as ``params``).
@@ -285,36 +128,27 @@ class Adam:
         On any error nothing changes: the checks all run before the step count, the moments
         or the parameters are touched.
         """
-        g = self._check_grads(grads)
-        if lr is None:
-            lr = self.current_lr()
-        elif callable(lr):
-            lr = check_positive_number(
-                "lr", lr(self.t + 1), f" (returned by the schedule {lr!r} at step {self.t + 1})"
-            )
-        else:
-            lr = check_positive_number("lr", lr, " (or a schedule step -> lr)")
+        g, lr = check_adam_step(self, grads, lr)  # g: all the gradients in one flat vector
         self.t += 1
         b1, b2 = self.betas
-        m, v, tmp = self.m, self.v, self._update
+        m, v, update = self.m, self.v, self._update  # flat vectors, written in place
+        # 1. The moments: m_t = b1 m_{t-1} + (1 - b1) g_t, v_t = b2 v_{t-1} + (1 - b2) g_t^2.
         m *= b1
-        m += (1.0 - b1) * g
-        np.multiply(g, g, out=g)
+        m += (1 - b1) * g
         v *= b2
-        v += (1.0 - b2) * g
-        # update = lr / bc1 * m / (sqrt(v / bc2) + eps), written as few passes as possible
-        bc1 = 1.0 - b1**self.t
-        bc2 = 1.0 - b2**self.t
-        np.sqrt(v, out=tmp)
-        tmp *= 1.0 / math.sqrt(bc2)
-        tmp += self.eps
-        np.divide(m, tmp, out=tmp)
-        tmp *= lr / bc1
-        off = self._offsets
-        for i, p in enumerate(self._arrays):
+        v += (1 - b2) * np.square(g, out=g)
+        # 2. The step lr m_hat / (sqrt(v_hat) + eps), with the bias corrections
+        #    m_hat = m_t / (1 - b1^t) and v_hat = v_t / (1 - b2^t).
+        np.multiply(v, 1 / (1 - b2**self.t), out=update)  # v_hat
+        np.sqrt(update, out=update)
+        update += self.eps
+        np.divide(m, update, out=update)
+        update *= lr / (1 - b1**self.t)
+        # 3. The parameters, each from its slice of the flat vector.
+        for p, start, stop in zip(self._arrays, self._offsets, self._offsets[1:], strict=False):
             if self.weight_decay:
-                p *= 1.0 - lr * self.weight_decay
-            p -= tmp[off[i] : off[i + 1]].reshape(p.shape)
+                p *= 1 - lr * self.weight_decay  # decoupled weight decay (AdamW)
+            p -= update[start:stop].reshape(p.shape)
 
     def state_dict(self):
         """Moments and step count as plain arrays (for saving with ``np.savez``).
@@ -342,44 +176,7 @@ class Adam:
             If ``state`` is not such a dict. Everything is checked before anything is copied:
             on an error the optimiser is left as it was.
         """
-        if not isinstance(state, Mapping):
-            raise TypeError(
-                f"state must be a dict with keys 'm', 'v' and 't' (what state_dict() returns), "
-                f"got {type_name(state)}"
-            )
-        missing = sorted({"m", "v", "t"} - set(state))
-        extra = sorted(set(state) - {"m", "v", "t"}, key=str)
-        if missing or extra:
-            raise ValueError(
-                f"state must have exactly the keys ['m', 't', 'v'] of state_dict(); "
-                f"missing {missing}, unexpected {extra}"
-            )
-        n = self.m.size
-        new = {}
-        for key in ("m", "v"):
-            what = f"state[{key!r}]"
-            value = state[key]
-            arr = as_typed_array(value, what, "fiu", "an array of real numbers")
-            if arr.shape != (n,):
-                raise ValueError(
-                    f"{what} must have shape ({n},) (one value per scalar parameter, "
-                    f"{len(self._names)} parameters), got {shape_str(arr.shape)}: the state "
-                    "belongs to an optimiser of other parameters"
-                )
-            with np.errstate(over="ignore"):
-                arr = arr.astype(self.dtype)  # a copy: nothing is shared with the caller
-            check_finite(arr, what)
-            new[key] = arr
-        if (new["v"] < 0).any():
-            raise ValueError("state['v'] must be >= 0 (it is a mean of squared gradients)")
-        t = state["t"]
-        if isinstance(t, np.ndarray) and t.ndim == 0:
-            t = t[()]
-        if isinstance(t, bool | np.bool_) or not isinstance(t, numbers.Integral) or t < 0:
-            raise ValueError(
-                f"state['t'] must be an integer >= 0 (the number of steps taken), "
-                f"got {state['t']!r} ({type_name(state['t'])})"
-            )
-        self.m[...] = new["m"]
-        self.v[...] = new["v"]
-        self.t = int(t)
+        m, v, t = check_adam_state(self, state)
+        self.m[...] = m
+        self.v[...] = v
+        self.t = t

@@ -1,12 +1,17 @@
-"""The learning-rate schedule of the paper ("Noam"): a linear warm-up, then 1 / sqrt(step)."""
+"""The learning-rate schedule of the paper ("Noam"): a linear warm-up, then 1 / sqrt(step).
+
+Page: ``docs/*/training.md``, section "The learning rate with warm-up".
+"""
 
 from __future__ import annotations
 
-from ._validation import check_positive_number, check_step
+from ._checks.boundary import checked
+from ._checks.training import check_noam_lr, check_noam_schedule
 
 __all__ = ["NoamSchedule", "noam_lr"]
 
 
+@checked(check_noam_lr)
 def noam_lr(step, d_model, warmup_steps=4000, factor=1.0):
     """Learning rate of the original Transformer at a given step.
 
@@ -35,20 +40,19 @@ def noam_lr(step, d_model, warmup_steps=4000, factor=1.0):
 
     Raises
     ------
+    TypeError
+        If ``step`` is not an integer (a float, a bool or a string is refused: the schedule is
+        evaluated at the optimiser's step count), or ``d_model``, ``warmup_steps`` or ``factor``
+        is not a number.
     ValueError
-        If ``step`` is not an integer >= 1 (a float, a bool or a string is refused: the schedule
-        is evaluated at the optimiser's step count), or if ``d_model``, ``warmup_steps`` or
-        ``factor`` is not a positive finite number.
+        If ``step`` is < 1, or ``d_model``, ``warmup_steps`` or ``factor`` is not a positive
+        finite number.
 
     Examples
     --------
     >>> round(noam_lr(4000, d_model=512), 6)
     0.000699
     """
-    step = check_step(step)
-    d_model = check_positive_number("d_model", d_model)
-    warmup_steps = check_positive_number("warmup_steps", warmup_steps)
-    factor = check_positive_number("factor", factor)
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
@@ -66,7 +70,7 @@ class NoamSchedule:
 
     Raises
     ------
-    ValueError
+    TypeError, ValueError
         If ``d_model``, ``warmup_steps`` or ``factor`` is not a positive finite number (checked
         here, not at the first step).
 
@@ -78,10 +82,7 @@ class NoamSchedule:
     """
 
     def __init__(self, d_model, warmup_steps=4000, factor=1.0):
-        # checked here, so that a bad value fails at construction and not at the first step
-        check_positive_number("d_model", d_model)
-        check_positive_number("warmup_steps", warmup_steps)
-        check_positive_number("factor", factor)
+        check_noam_schedule(d_model, warmup_steps, factor)
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.factor = factor
