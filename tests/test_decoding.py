@@ -7,10 +7,13 @@ token). The choice of each token (sample_next) is tested in test_sampling.py, th
 forward pass of a model in test_model.py.
 """
 
+import re
+
 import numpy as np
 import pytest
 
 from transformer_np import Dropout
+from transformer_np._checks.generation import physical_memory
 from transformer_np.decoding import generate, stream, translate
 
 from helpers import small_language_model, small_transformer
@@ -119,7 +122,7 @@ def test_cached_and_uncached_translation_give_identical_tokens(norm_first):
 def test_translation_stops_at_eos_and_pads_after_it():
     model = translator()
     src = np.array([[3, 4, 5], [6, 7, 8], [9, 10, 11], [3, 5, 7]])
-    model.parameters()["out.b"][2] = 3.0  # make EOS (id 2) likely at every step
+    model.params["out.b"][2] = 3.0  # make EOS (id 2) likely at every step
     out = translate(model, src, 12, bos_id=1, eos_id=2, rng=0, temperature=1.0)
     ends = [int(np.flatnonzero(row == 2)[0]) for row in out if np.any(row == 2)]
     assert len(ends) == len(src)  # every sequence finished...
@@ -128,14 +131,14 @@ def test_translation_stops_at_eos_and_pads_after_it():
     for row, end in zip(out, ends, strict=True):
         assert np.all(row[end + 1 :] == 0)  # padding after EOS
         assert np.all(row[:end] != 0)
-    model.parameters()["out.b"][2] = 100.0  # EOS at once everywhere: one step only
+    model.params["out.b"][2] = 100.0  # EOS at once everywhere: one step only
     out = translate(model, src, 12, bos_id=1, eos_id=2)
     np.testing.assert_array_equal(out, [[2]] * 4)
 
 
 def test_translation_never_generates_padding():
     model = translator()
-    model.parameters()["out.b"][0] = 100.0  # the model "wants" PAD everywhere
+    model.params["out.b"][0] = 100.0  # the model "wants" PAD everywhere
     out = translate(model, np.array([[3, 4, 5]]), 8, bos_id=1)
     assert not np.any(out == 0)
 
@@ -294,3 +297,59 @@ def test_generate_rejects_temperature_and_top_k_like_sample_next():
         generate(short_language_model(), PROMPT, 2, temperature="0.5")
     with pytest.raises(TypeError, match="top_k must be a positive integer"):
         translate(small_translator(), SRC, 2, bos_id=1, temperature=1.0, top_k=2.0)
+
+
+# ------------------------------------------------------------------ the special tokens of translate
+
+
+def test_translate_refuses_bos_equal_to_pad():
+    # The decoder masks padding as a key: without the cache BOS would be hidden, with it not.
+    with pytest.raises(ValueError, match=r"bos_id must differ from pad_id = 0: .*Got bos_id = 0"):
+        translate(small_translator(), SRC, 3, bos_id=0)
+    model = small_transformer(src_vocab_size=8, tgt_vocab_size=8, pad_id=None)
+    assert translate(model, SRC, 3, bos_id=0, eos_id=0).shape[0] == 1  # no padding: any id
+
+
+def test_translate_refuses_eos_equal_to_pad():
+    # Padding is never generated: an EOS that is padding would never end a sequence.
+    with pytest.raises(ValueError, match=r"eos_id must differ from pad_id = 0: .*Got eos_id = 0"):
+        translate(small_translator(), SRC, 3, bos_id=1, eos_id=0)
+
+
+def test_translate_refuses_a_target_vocabulary_of_padding_only():
+    model = small_transformer(src_vocab_size=8, tgt_vocab_size=1)  # pad_id = 0
+    message = r"target vocabulary holds only the padding token \(tgt_vocab_size = 1, pad_id = 0\)"
+    with pytest.raises(ValueError, match=message):
+        translate(model, SRC, 3, bos_id=0)
+
+
+# ------------------------------------------------------------------ sizes, seeds, parameters
+
+
+@pytest.mark.skipif(physical_memory() is None, reason="the system does not give its memory size")
+def test_generate_refuses_more_tokens_than_memory_holds_and_stream_keeps_none():
+    n = 10**15  # 8 PB of int64 tokens
+    message = rf"max_new_tokens must be at most \d+: generate returns .*Got max_new_tokens = {n}"
+    with pytest.raises(ValueError, match=message):
+        generate(short_language_model(), PROMPT, n)
+    steps = stream(short_language_model(), PROMPT, n)  # only the window (max_len = 6) is kept
+    tokens = np.stack([next(steps) for _ in range(10)], axis=1)  # the window slides
+    np.testing.assert_array_equal(tokens, generate(short_language_model(), PROMPT, 10)[:, 2:])
+
+
+def test_negative_seed_names_rng():
+    with pytest.raises(ValueError, match=r"rng .*got -1"):
+        generate(short_language_model(), PROMPT, 2, temperature=1.0, rng=-1)
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_a_nan_parameter_is_named_not_sampled(use_cache):
+    lm = short_language_model()
+    lm.params["out.b"][3] = np.nan
+    with pytest.raises(ValueError, match=re.escape("LanguageModel.params['out.b'] contains NaN")):
+        generate(lm, PROMPT, 2, use_cache=use_cache)
+    model = small_translator()
+    name = next(k for k in model.params if k.startswith("encoder."))
+    model.params[name].flat[0] = np.nan
+    with pytest.raises(ValueError, match=re.escape(f"Transformer.params[{name!r}] contains NaN")):
+        translate(model, SRC, 3, bos_id=1, use_cache=use_cache)

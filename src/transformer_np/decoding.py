@@ -1,46 +1,28 @@
 r"""Generating tokens with a key/value cache: generate, stream and translate.
 
-Without a cache, producing token ``t`` runs the whole model again on the ``t`` tokens so far:
-``T`` new tokens cost about ``T^2 / 2`` token-passes. Self-attention at position ``t`` only
-needs the keys and values of positions ``<= t``, and those never change once computed (the
-mask is causal). The key/value cache keeps them, layer by layer, so each step runs the model on
-one new token and attends to the stored keys: ``T`` token-passes in all. The encoder output of
-a :class:`~transformer_np.model.Transformer` is computed once, and so are its cross-attention
-keys and values.
+Each step runs the model on the new token only: the keys and values of the earlier positions
+are kept in the model's cache (``model.new_cache``), and the encoder output of a
+:class:`~transformer_np.model.Transformer` is computed once. With ``use_cache=False`` every step
+recomputes the whole context: the slow reference, which gives the same tokens. Each token is
+chosen by :func:`~transformer_np.sampling.sample_next`. Page: decoding.md.
 
-Both paths give the same tokens (up to floating-point rounding of the logits); the tests check
-it, and ``benchmarks/bench_decoding.py`` measures the speed-up. Each new token is chosen by
-:mod:`transformer_np.sampling` (greedy, temperature or top-k).
+Shape glossary: B batch, T0 prompt length, S source length, V vocabulary.
 """
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
-from ._validation import (
-    check_bool,
-    check_ids,
-    check_positive_int,
-    check_rng,
-)
-from .llama import CONTEXT_LIMIT, LlamaModel
-from .model import LanguageModel, Transformer
-from .module import running
-from .multi_head import KVCache
-from .sampling import check_sampling, choose_next
+from ._checks.boundary import checked, run_or_blame
+from ._checks.generation import check_generate, check_stream, check_translate
+from .sampling import sample_next
 
 __all__ = ["generate", "stream", "translate"]
 
 
-# --------------------------------------------------------------------------------------------
-# public generation functions
-# --------------------------------------------------------------------------------------------
-
-
+@checked(check_generate)
 def generate(
-    model: LanguageModel | LlamaModel,
+    model,
     prompt,
     max_new_tokens,
     *,
@@ -51,17 +33,18 @@ def generate(
     keep=None,
 ):
     """Continue ``prompt`` with a :class:`~transformer_np.model.LanguageModel` (or a
-    :class:`~transformer_np.llama.LlamaModel`: the same loop, the same cache).
+    :class:`~transformer_np.llama.LlamaModel`): the tokens of :func:`stream`, collected.
 
     The model runs in evaluation mode (dropout off) and is left in the mode it was in.
 
     Parameters
     ----------
-    model : LanguageModel
+    model : LanguageModel or LlamaModel
     prompt : ndarray of int, shape (B, T0)
         Token ids to continue (at least one per row, ``T0 <= config.max_len``).
     max_new_tokens : int
-        How many tokens to add (any number: see ``keep``).
+        How many tokens to add (beyond ``config.max_len`` too: see ``keep``), as many as fit in
+        memory: the result is returned whole (:func:`stream` keeps none).
     temperature : float, default 0.0
         0 = greedy; otherwise sampling at this temperature (see
         :func:`~transformer_np.sampling.sample_next`).
@@ -94,19 +77,22 @@ def generate(
     >>> bool((out == generate(lm, np.array([[1, 2, 3]]), 12, use_cache=False)).all())
     True
     """
-    args = check_generation(model, prompt, max_new_tokens, temperature, top_k, rng, use_cache, keep)
-    was_training = model.training
-    model.eval()
-    try:
-        with running():  # the arguments are checked: the layers run without checks
-            steps = list(generate_tokens(model, *args))
-    finally:
-        model.train(was_training)
-    return np.concatenate([args[0], np.stack(steps, axis=1)], axis=1)  # (B, T0 + new)
+    steps = stream.unchecked(
+        model,
+        prompt,
+        max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        rng=rng,
+        use_cache=use_cache,
+        keep=keep,
+    )
+    return np.column_stack([prompt, *steps])  # (B, T0) and max_new_tokens x (B,)
 
 
+@checked(check_stream)
 def stream(
-    model: LanguageModel | LlamaModel,
+    model,
     prompt,
     max_new_tokens,
     *,
@@ -117,6 +103,9 @@ def stream(
     keep=None,
 ):
     """Like :func:`generate`, but yield the new tokens one step at a time, as they come.
+
+    The arguments are checked when ``stream`` is called, before the first step. Only the
+    window the model reads is kept, so ``max_new_tokens`` has no limit but time.
 
     Yields
     ------
@@ -134,101 +123,31 @@ def stream(
     >>> steps == generate(lm, np.array([[1, 2, 3]]), 5)[0, 3:].tolist()
     True
     """
-    args = check_generation(model, prompt, max_new_tokens, temperature, top_k, rng, use_cache, keep)
-    return stream_tokens(model, args)  # the arguments are checked now, not at the first step
+    max_len = model.config.max_len
+    size = min(max_len, prompt.shape[1] + max_new_tokens)  # the cache never holds more
+    context = prompt  # (B, T): the tokens the model reads, at positions 0 .. T - 1
+    with model.evaluation_mode():
+        cache = model.new_cache(size) if use_cache else None
+        logits = next_logits(model, model.forward, context, kv_cache=cache)  # the prefill
+        for step in range(max_new_tokens):
+            token = sample_next.unchecked(logits, temperature=temperature, top_k=top_k, rng=rng)
+            context = np.concatenate([context, token[:, None]], axis=1)  # (B, T + 1)
+            yield token  # (B,)
+            if step + 1 == max_new_tokens:
+                break
+            if context.shape[1] > max_len:  # the window is full: keep the last `keep` tokens
+                context = context[:, -keep:]
+                cache = model.new_cache(size) if use_cache else None  # a new prefill
+                logits = next_logits(model, model.forward, context, kv_cache=cache)
+            elif use_cache:  # one new token: its keys and values join the cache
+                logits = next_logits(model, model.forward, context[:, -1:], kv_cache=cache)
+            else:  # the slow reference: the whole window again
+                logits = next_logits(model, model.forward, context)
 
 
-def stream_tokens(model, args):
-    """The generator behind :func:`stream`: the model in eval mode while it runs."""
-    was_training = model.training
-    model.eval()
-    steps = generate_tokens(model, *args)
-    try:
-        while True:
-            with running():  # only while the model runs: the caller's code keeps its checks
-                token = next(steps, None)
-            if token is None:
-                return
-            yield token
-    finally:
-        model.train(was_training)
-
-
-def check_generation(model, prompt, max_new_tokens, temperature, top_k, rng, use_cache, keep):
-    """The arguments of :func:`generate` checked: (prompt, total, temperature, top_k, rng,
-    use_cache, keep) ready for :func:`generate_tokens`."""
-    if not isinstance(model, LanguageModel | LlamaModel):
-        raise TypeError(
-            f"model must be a LanguageModel or a LlamaModel, got {type(model).__name__}"
-        )
-    cfg = model.config
-    limit = CONTEXT_LIMIT if isinstance(model, LlamaModel) else {}
-    prompt = check_ids(prompt, "prompt", cfg.vocab_size, cfg.max_len, **limit)
-    n_new = check_positive_int(max_new_tokens, "max_new_tokens")
-    temperature = check_sampling(temperature, top_k, cfg.vocab_size)
-    use_cache = check_bool(use_cache, "use_cache")
-    T0 = prompt.shape[1]
-    total = T0 + n_new
-    if keep is None:
-        keep = cfg.max_len // 2
-        # The model reads at most total - 1 tokens (the last one is never fed back): with
-        # max_len = 1 there is no token to keep when the window slides, which only matters
-        # if it has to slide.
-        if keep == 0 and total - 1 > cfg.max_len:
-            raise ValueError(
-                f"the model's max_len = {cfg.max_len} leaves no room for the sliding window: "
-                f"a prompt of {T0} token(s) plus max_new_tokens = {n_new} makes the context "
-                "longer than max_len, and the window then keeps keep in [1, max_len) tokens, "
-                "which needs max_len >= 2 (build the model with a larger max_len)"
-            )
-        keep = max(keep, 1)
-    elif isinstance(keep, bool | np.bool_) or not isinstance(keep, numbers.Integral):
-        raise TypeError(
-            f"keep must be an integer in [1, max_len = {cfg.max_len}) or None, "
-            f"got {keep!r} ({type(keep).__name__})"
-        )
-    elif not 1 <= keep < cfg.max_len:
-        raise ValueError(f"keep must be an integer in [1, max_len = {cfg.max_len}), got {keep}")
-    keep = int(keep)
-    rng = check_rng(rng)
-    return prompt, total, temperature, top_k, rng, use_cache, keep
-
-
-# --8<-- [start:generate_loop]
-def generate_tokens(model, prompt, total, temperature, top_k, rng, use_cache, keep):
-    """The loop of :func:`generate`, on checked arguments, with the model in eval mode: yield
-    each step's new tokens (B,)."""
-    cfg = model.config
-    B, T0 = prompt.shape
-    out = np.zeros((B, total), dtype=np.int64)
-    out[:, :T0] = prompt
-    start = 0  # the model reads out[:, start:t]
-    size = min(cfg.max_len, total)  # the cache never holds more than the window
-    cache = [KVCache(size) for _ in model.blocks.layers] if use_cache else None
-    logits = model(prompt, kv_cache=cache)[:, -1]  # the whole prompt at once (the prefill)
-    for t in range(T0, total):
-        out[:, t] = choose_next(logits, temperature, top_k, rng)
-        yield out[:, t].copy()
-        if t + 1 == total:
-            break
-        full = t + 1 - start > cfg.max_len
-        if full:  # the window is full: restart from the last `keep` tokens
-            start = t + 1 - keep
-        if not use_cache:  # the slow reference: the whole window again
-            logits = model(out[:, start : t + 1])[:, -1]
-        elif full:  # a new prefill of the kept tokens, at positions 0 .. keep - 1
-            for c in cache:
-                c.length = 0
-            logits = model(out[:, start : t + 1], kv_cache=cache)[:, -1]
-        else:  # one new token: its keys and values join the cache
-            logits = model(out[:, t : t + 1], kv_cache=cache)[:, -1]
-
-
-# --8<-- [end:generate_loop]
-
-
+@checked(check_translate)
 def translate(
-    model: Transformer,
+    model,
     src,
     max_len,
     *,
@@ -252,11 +171,11 @@ def translate(
         Maximum number of generated tokens (BOS excluded), at most ``config.max_len`` (the
         decoder reads BOS and the first ``max_len - 1`` of them).
     bos_id : int
-        The token that starts every target.
+        The token that starts every target; not ``pad_id`` (the decoder masks padding).
     eos_id : int, optional
         A sequence that produces it is finished: the positions after it are filled with
         ``pad_id`` (or ``eos_id`` without padding), and generation stops when every sequence
-        has finished.
+        has finished. Not ``pad_id``, which is never generated.
     temperature, top_k, rng
         As in :func:`~transformer_np.sampling.sample_next`; ``temperature=0`` is greedy decoding.
     use_cache : bool, default True
@@ -281,68 +200,33 @@ def translate(
     >>> out.shape[0], out.shape[1] <= 6
     (1, True)
     """
-    if not isinstance(model, Transformer):
-        raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
-    cfg = model.config
-    n_new = check_positive_int(max_len, "max_len")
-    if n_new > cfg.max_len:  # the decoder reads BOS + the first max_len - 1 tokens
-        raise ValueError(
-            f"max_len = {n_new} is longer than the positional table "
-            f"(config.max_len = {cfg.max_len})"
-        )
-    V = cfg.tgt_vocab_size
-    for name, tok, eos in (("bos_id", bos_id, False), ("eos_id", eos_id, True)):
-        if tok is None and eos:
-            continue
-        if isinstance(tok, bool | np.bool_) or not isinstance(tok, numbers.Integral):
-            expected = f"a token id (an integer in [0, {V}))" + (" or None" if eos else "")
-            raise TypeError(f"{name} must be {expected}, got {tok!r} ({type(tok).__name__})")
-        if not 0 <= tok < V:
-            raise ValueError(f"{name} must be a token id in [0, {V}), got {tok}")
-    src = check_ids(src, "src", cfg.src_vocab_size, cfg.max_len)
-    bos_id = int(bos_id)
-    eos_id = None if eos_id is None else int(eos_id)
-    check_sampling(temperature, top_k, V)
-    use_cache = check_bool(use_cache, "use_cache")
-    rng = check_rng(rng)
-    was_training = model.training
-    model.eval()
-    try:
-        with running():
-            args = (temperature, top_k, rng, use_cache)
-            return translate_tokens(model, src, n_new, bos_id, eos_id, *args)
-    finally:
-        model.train(was_training)
-
-
-def translate_tokens(model, src, n_new, bos_id, eos_id, temperature, top_k, rng, use_cache):
-    """The loop of :func:`translate`, on checked arguments, with the model in eval mode."""
-    cfg = model.config
-    memory = model.forward_encoder(src)  # (B, S, D), computed once
-    src_mask = model.source_mask(src)
-    B = memory.shape[0]
-    pad = cfg.pad_id
-    fill = pad if pad is not None else (eos_id if eos_id is not None else 0)
-    tokens = np.full((B, n_new + 1), fill, dtype=np.int64)
-    tokens[:, 0] = bos_id
-    done = np.zeros(B, dtype=bool)
-    S = memory.shape[1]
-    # per decoder layer: the self-attention's cache and the cross-attention's (the memory's)
-    cache = [(KVCache(n_new), KVCache(S)) for _ in model.decoder.layers] if use_cache else None
-    t = 1
-    for t in range(1, n_new + 1):
-        if use_cache:  # only the newest token
-            logits = model.forward_decoder(tokens[:, t - 1 : t], memory, src_mask, kv_cache=cache)
-        else:
-            logits = model.forward_decoder(tokens[:, :t], memory, src_mask)
-        logits = logits[:, -1]
-        if pad is not None:
-            logits = logits.copy()
-            logits[:, pad] = -np.inf
-        nxt = choose_next(logits, temperature, top_k, rng)
-        tokens[:, t] = np.where(done, fill, nxt)
-        if eos_id is not None:
-            done |= nxt == eos_id
+    pad = model.config.pad_id
+    fill = pad if pad is not None else eos_id  # after EOS
+    tokens = np.full((src.shape[0], 1), bos_id, dtype=np.int64)  # (B, 1): BOS, then the output
+    done = np.zeros(src.shape[0], dtype=bool)  # (B,): the sequences that produced EOS
+    with model.evaluation_mode():
+        memory = run_or_blame(model, model.forward_encoder, src)  # (B, S, D), computed once
+        src_mask = model.source_mask(src)
+        # per decoder layer: the self-attention's cache and the cross-attention's (the memory's)
+        cache = model.new_cache(max_len, memory.shape[1]) if use_cache else None
+        for _ in range(max_len):
+            new = tokens[:, -1:] if use_cache else tokens  # with the cache, the newest only
+            logits = next_logits(
+                model, model.forward_decoder, new, memory, src_mask, kv_cache=cache
+            )
+            if pad is not None:  # padding is not a word: never generated
+                logits[:, pad] = -np.inf
+            token = sample_next.unchecked(logits, temperature=temperature, top_k=top_k, rng=rng)
+            if eos_id is not None:
+                token = np.where(done, fill, token)
+                done |= token == eos_id
+            tokens = np.concatenate([tokens, token[:, None]], axis=1)  # (B, t + 1)
             if done.all():
                 break
-    return tokens[:, 1 : t + 1]
+    return tokens[:, 1:]
+
+
+def next_logits(model, step, *args, **kwargs):
+    """The logits (B, V) of the next token: the last position of ``step(*args, **kwargs)``,
+    a forward pass of ``model`` (its bad parameter named if the logits are not finite)."""
+    return run_or_blame(model, step, *args, **kwargs)[:, -1]

@@ -1,0 +1,202 @@
+"""The validators of generation: generate, stream, translate and sample_next.
+
+Each takes its entry point's arguments by name (defaults filled in) and returns them checked, as
+a dict (see :func:`.boundary.checked`). The model is recognised by its configuration, so that
+generation needs nothing from the model classes but ``config``, ``new_cache`` and ``forward``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+
+import numpy as np
+
+from ..config import LanguageModelConfig, LlamaConfig, TransformerConfig
+from .general import (
+    as_float_array,
+    check_bool,
+    check_finite,
+    check_ndim,
+    check_positive_int,
+    check_rng,
+    shape_str,
+)
+from .models import check_ids
+
+# -- generate and stream ------------------------------------------------------------------------
+
+
+def check_stream(model, prompt, max_new_tokens, temperature, top_k, rng, use_cache, keep):
+    cfg = getattr(model, "config", None)
+    if not isinstance(cfg, LanguageModelConfig | LlamaConfig):
+        raise TypeError(
+            f"model must be a LanguageModel or a LlamaModel, got {type(model).__name__}"
+        )
+    prompt = check_ids(prompt, "prompt", cfg.vocab_size, cfg.max_len, 0, model.context_limit)
+    n_new = check_positive_int(max_new_tokens, "max_new_tokens")
+    return {
+        "model": model,
+        "prompt": prompt.astype(np.int64, copy=False),
+        "max_new_tokens": n_new,
+        **check_sampling(temperature, top_k, cfg.vocab_size),
+        "rng": check_rng(rng),
+        "use_cache": check_bool(use_cache, "use_cache"),
+        "keep": check_keep(keep, cfg.max_len, prompt.shape[1], n_new),
+    }
+
+
+def check_generate(model, prompt, max_new_tokens, temperature, top_k, rng, use_cache, keep):
+    """As :func:`check_stream`, and the tokens generate returns must fit in memory."""
+    checked = check_stream(model, prompt, max_new_tokens, temperature, top_k, rng, use_cache, keep)
+    B, T0 = checked["prompt"].shape
+    memory = physical_memory()
+    if memory is not None and B * (T0 + checked["max_new_tokens"]) * 8 > memory:
+        most = max(memory // (8 * B) - T0, 0)
+        raise ValueError(
+            f"max_new_tokens must be at most {most}: generate returns its {B} sequence(s) "
+            f"whole, in int64, and more would not fit in this machine's memory "
+            f"({memory / 2**30:.1f} GiB); stream yields the tokens one step at a time without "
+            f"keeping them. Got max_new_tokens = {max_new_tokens}"
+        )
+    return checked
+
+
+def physical_memory() -> int | None:
+    """The machine's memory in bytes, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_keep(keep, max_len, T0, n_new):
+    """How many tokens the window keeps when it slides: ``keep``, or ``max_len // 2``."""
+    if keep is None:
+        # The model reads at most T0 + n_new - 1 tokens (the last one is never fed back): with
+        # max_len = 1 there is no token to keep when the window slides, which only matters if
+        # it has to slide.
+        if max_len == 1 and T0 + n_new - 1 > max_len:
+            raise ValueError(
+                f"the model's max_len = {max_len} leaves no room for the sliding window: "
+                f"a prompt of {T0} token(s) plus max_new_tokens = {n_new} makes the context "
+                "longer than max_len, and the window then keeps keep in [1, max_len) tokens, "
+                "which needs max_len >= 2 (build the model with a larger max_len)"
+            )
+        return max(max_len // 2, 1)
+    expected = f"keep must be an integer in [1, max_len = {max_len})"
+    if isinstance(keep, bool | np.bool_) or not isinstance(keep, numbers.Integral):
+        raise TypeError(f"{expected} or None, got {keep!r} ({type(keep).__name__})")
+    if not 1 <= keep < max_len:
+        raise ValueError(f"{expected}, got {keep}")
+    return int(keep)
+
+
+# -- translate ----------------------------------------------------------------------------------
+
+
+def check_translate(model, src, max_len, bos_id, eos_id, temperature, top_k, rng, use_cache):
+    cfg = getattr(model, "config", None)
+    if not isinstance(cfg, TransformerConfig):
+        raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
+    n_new = check_positive_int(max_len, "max_len")
+    if n_new > cfg.max_len:  # the decoder reads BOS + the first max_len - 1 tokens
+        raise ValueError(
+            f"max_len = {n_new} is longer than the positional table "
+            f"(config.max_len = {cfg.max_len})"
+        )
+    V, pad = cfg.tgt_vocab_size, cfg.pad_id
+    if pad is not None and V == 1:
+        raise ValueError(
+            f"the model's target vocabulary holds only the padding token (tgt_vocab_size = 1, "
+            f"pad_id = {pad}): translate never generates padding, so it has no token to choose"
+        )
+    bos_id = check_token_id(bos_id, "bos_id", V)
+    if bos_id == pad:
+        raise ValueError(
+            f"bos_id must differ from pad_id = {pad}: the decoder masks padding as a key, so a "
+            f"BOS that is padding would not be read. Got bos_id = {bos_id}"
+        )
+    if eos_id is not None:
+        eos_id = check_token_id(eos_id, "eos_id", V, optional=True)
+        if eos_id == pad:
+            raise ValueError(
+                f"eos_id must differ from pad_id = {pad}: the padding token is never generated, "
+                f"so it could not end a sequence. Got eos_id = {eos_id}"
+            )
+    src = check_ids(src, "src", cfg.src_vocab_size, cfg.max_len)
+    return {
+        "model": model,
+        "src": src,
+        "max_len": n_new,
+        "bos_id": bos_id,
+        "eos_id": eos_id,
+        **check_sampling(temperature, top_k, V),
+        "rng": check_rng(rng),
+        "use_cache": check_bool(use_cache, "use_cache"),
+    }
+
+
+def check_token_id(token, name, vocab_size, *, optional=False) -> int:
+    """``token`` as an int in [0, vocab_size), else a TypeError or ValueError naming ``name``."""
+    if isinstance(token, bool | np.bool_) or not isinstance(token, numbers.Integral):
+        expected = f"a token id (an integer in [0, {vocab_size}))" + " or None" * optional
+        raise TypeError(f"{name} must be {expected}, got {token!r} ({type(token).__name__})")
+    if not 0 <= token < vocab_size:
+        raise ValueError(f"{name} must be a token id in [0, {vocab_size}), got {token}")
+    return int(token)
+
+
+# -- sample_next --------------------------------------------------------------------------------
+
+
+def check_sample_next(logits, temperature, top_k, rng):
+    logits = check_logits(logits)
+    return {
+        "logits": logits,
+        **check_sampling(temperature, top_k, logits.shape[-1]),
+        "rng": check_rng(rng),
+    }
+
+
+def check_sampling(temperature, top_k, vocab_size) -> dict:
+    """``{"temperature": float >= 0, "top_k": int in [1, vocab_size] or None}``, checked."""
+    if isinstance(temperature, bool | np.bool_) or not isinstance(temperature, numbers.Real):
+        raise TypeError(
+            f"temperature must be a number >= 0 (0 = greedy), got {temperature!r} "
+            f"({type(temperature).__name__})"
+        )
+    t = float(temperature)
+    if not (math.isfinite(t) and t >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {t}")
+    if top_k is not None:
+        if isinstance(top_k, bool | np.bool_) or not isinstance(top_k, numbers.Integral):
+            raise TypeError(
+                f"top_k must be a positive integer or None, got {top_k!r} ({type(top_k).__name__})"
+            )
+        if not 1 <= top_k <= vocab_size:
+            raise ValueError(f"top_k must be in [1, vocab_size = {vocab_size}], got {top_k}")
+        top_k = int(top_k)
+    return {"temperature": t, "top_k": top_k}
+
+
+def check_logits(logits) -> np.ndarray:
+    """``logits`` as a float (B, V) array with V >= 1, no NaN or +inf, no row all -inf."""
+    logits = as_float_array(logits, "logits")
+    check_ndim(logits, "logits", (2,), "a 2-D array of shape (B, V)")
+    if logits.shape[1] == 0:
+        raise ValueError(
+            f"logits has an empty vocabulary axis: shape {shape_str(logits.shape)}; "
+            "expected at least one token score per row (V >= 1)"
+        )
+    # A -inf score is a masked token (probability exactly 0); NaN and +inf are bugs upstream.
+    check_finite(logits, "logits", allow_neg_inf=True)
+    dead = np.isneginf(logits.max(axis=-1)) if logits.size else np.zeros(0, bool)  # (B,)
+    if dead.any():
+        raise ValueError(
+            f"logits has rows where every token is -inf, so no token can be chosen "
+            f"({int(dead.sum())} of {dead.size} rows, first at row {int(np.argmax(dead))}); "
+            "expected at least one finite score per row"
+        )
+    return logits
