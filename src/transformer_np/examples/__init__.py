@@ -1,11 +1,13 @@
 """Runnable demos: ``python -m transformer_np.examples.reverse`` and ``... .charlm``.
 
 What the two demos share: their trained checkpoints shipped in ``examples/data/``, and the
-``--save`` / ``--overwrite`` options of their command lines.
+options of their command lines (``--steps``, ``--seed``, ``--time-limit``, ``--save``, ...).
 """
 
+import argparse
 from importlib import resources
 
+from .._checks.files import non_negative_int, positive_float, positive_int
 from ..checkpoints import checkpoint_path, load_model
 
 
@@ -29,37 +31,66 @@ def load_shipped(name):
         return load_model(file, return_extra=True)
 
 
-def add_save_arguments(parser):
-    """Add the demos' ``--save PATH`` and ``--overwrite`` options to ``parser``.
+def training_parser(prog, description, *, quick, steps, time_limit=None):
+    """The options the two training demos share, each value checked as it is parsed.
 
     Parameters
     ----------
-    parser : argparse.ArgumentParser
+    prog, description : str
+        The command and its one-line description.
+    quick, steps : str
+        The help of ``--quick`` and of ``--steps`` (which says its defaults).
+    time_limit : float, optional
+        The default of ``--time-limit`` in seconds (None: no limit).
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        With ``--quick``, ``--steps``, ``--seed``, ``--time-limit``, ``--save``, ``--overwrite``
+        and ``--no-progress``; read it with :func:`parse_training_arguments`.
     """
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--steps", type=positive_int, default=None, help=steps)
+    parser.add_argument(
+        "--seed", type=non_negative_int, default=0, help="seeds the model and the data (default 0)"
+    )
+    limit = "default: no limit" if time_limit is None else f"default {time_limit:g}"
+    parser.add_argument(
+        "--time-limit", type=positive_float, default=time_limit, help=f"seconds ({limit})"
+    )
     parser.add_argument("--save", default=None, help="write the trained model to this .npz")
     parser.add_argument(
         "--overwrite", action="store_true", help="let --save replace an existing file"
     )
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
 
 
-def check_save_path(parser, args):
-    """Before training: stop with a usage error if ``--save`` could not be written at the end.
+def parse_training_arguments(parser, argv):
+    """The options of ``argv``, every problem a usage error (exit status 2) before training.
 
-    An existing file is kept unless ``--overwrite`` is given (a user's file is never replaced by
-    accident, and minutes of training are not lost to a refusal at the very end).
+    ``--save`` becomes the file that will be written (``.npz`` added to a name without a
+    suffix); an existing file is kept unless ``--overwrite`` is given (a user's file is never
+    replaced by accident, and minutes of training are not lost to a refusal at the very end).
 
     Parameters
     ----------
     parser : argparse.ArgumentParser
-        Its ``error`` method reports the problem and exits with status 2.
-    args : argparse.Namespace
-        The parsed ``save`` and ``overwrite`` options.
+        From :func:`training_parser`.
+    argv : list of str or None
+        The arguments (None: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    argparse.Namespace
     """
-    if args.save is None:
-        return
-    try:
-        checkpoint_path(
-            args.save, args.overwrite, argument="--save", overwrite_option="--overwrite"
-        )
-    except OSError as exc:  # missing directory, existing file, a directory
-        parser.error(str(exc))
+    args = parser.parse_args(argv)
+    if args.save is not None:
+        try:
+            args.save = checkpoint_path(
+                args.save, args.overwrite, argument="--save", overwrite_option="--overwrite"
+            )
+        except (OSError, ValueError) as exc:  # a folder, a missing directory, an existing file
+            parser.error(str(exc))
+    return args

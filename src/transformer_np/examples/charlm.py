@@ -16,7 +16,6 @@ characters to Italian-looking words and then to phrases of the book.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from importlib import resources
 
@@ -27,9 +26,10 @@ from ..checkpoints import save_model
 from ..decoding import generate
 from ..losses import cross_entropy
 from ..model import LanguageModel, LanguageModelConfig
-from ..optim import Adam, NoamSchedule
+from ..optim import Adam
+from ..schedule import NoamSchedule
 from ..train import fit
-from . import add_save_arguments, check_save_path, load_shipped
+from . import load_shipped, parse_training_arguments, training_parser
 
 __all__ = ["CharVocab", "load_text", "load_trained", "train_charlm"]
 
@@ -213,7 +213,7 @@ def train_charlm(
         dropout=dropout,
     )
     model = LanguageModel(cfg, rng=np.random.default_rng(seed))
-    opt = Adam(model.parameters(), lr=NoamSchedule(d_model, warmup, lr_factor))
+    opt = Adam(model.params, lr=NoamSchedule(d_model, warmup, lr_factor))
     rng = np.random.default_rng(seed + 1)
     prompt_ids = vocab.encode(prompt)[None, :]
     samples = []
@@ -268,6 +268,20 @@ def load_trained():
     return load_shipped(CHECKPOINT)
 
 
+def parse_arguments(argv=None):
+    """The command line's options, checked: a bad one is a usage error (exit status 2)."""
+    parser = training_parser(
+        "python -m transformer_np.examples.charlm",
+        __doc__.split("\n")[0],
+        quick="300 steps, under a minute",
+        steps="training steps (default 1000, or 300 with --quick)",
+    )
+    args = parse_training_arguments(parser, argv)
+    if args.steps is None:  # not given (0 is a usage error, never "the default")
+        args.steps = 300 if args.quick else 1000
+    return args
+
+
 def main(argv=None):
     """The command line: train, print the samples, and save the model with ``--save``.
 
@@ -281,21 +295,13 @@ def main(argv=None):
     int
         The exit status, 0.
     """
-    parser = argparse.ArgumentParser(
-        prog="python -m transformer_np.examples.charlm", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--quick", action="store_true", help="300 steps, under a minute")
-    parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--time-limit", type=float, default=None, help="seconds")
-    add_save_arguments(parser)
-    parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
-    check_save_path(parser, args)
-    kw = {"steps": args.steps or (300 if args.quick else 1000)}
-    kw["sample_every"] = max(1, kw["steps"] // 5)
+    args = parse_arguments(argv)
     model, vocab, history, samples = train_charlm(
-        seed=args.seed, time_limit=args.time_limit, progress=not args.no_progress, **kw
+        steps=args.steps,
+        sample_every=max(1, args.steps // 5),
+        seed=args.seed,
+        time_limit=args.time_limit,
+        progress=not args.no_progress,
     )
     evals = dict(history["eval"])
     print(f"characters: {len(vocab)}, parameters: {model.num_parameters()}")

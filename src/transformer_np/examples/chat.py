@@ -21,9 +21,50 @@ import sys
 
 import numpy as np
 
+from .._checks.files import non_empty_text, non_negative_float, non_negative_int, positive_int
 from ..decoding import stream
 
-__all__ = ["answer", "main"]
+__all__ = ["ConversationTooLong", "answer", "main"]
+
+# SmolLM2-135M-Instruct, the one model of the chat: the tokens it reads at once, the tokens it knows
+CONTEXT, VOCAB_SIZE = 8192, 49152
+
+
+class ConversationTooLong(ValueError):
+    """The newest message (with the system message and room for the answer) exceeds the context.
+
+    ``needed`` is the number of tokens of the shortest conversation that keeps that message.
+    """
+
+    def __init__(self, needed, max_new_tokens, context):
+        super().__init__(
+            f"the conversation needs {needed} tokens plus max_new_tokens = {max_new_tokens}, "
+            f"more than the model's context of {context} tokens"
+        )
+        self.needed, self.max_new_tokens, self.context = needed, max_new_tokens, context
+
+    def for_the_command_line(self):
+        """The same in the command line's words."""
+        return (
+            f"{self.needed} tokens with the chat template, and --max-new-tokens "
+            f"{self.max_new_tokens} more, exceed the model's context of {self.context} tokens"
+        )
+
+
+def prompt_ids(tokenizer, messages, *, max_new_tokens, context):
+    """The token ids of ``messages``, the oldest turns dropped until the answer has room.
+
+    The system message and the newest message are always kept: if they alone leave less than
+    ``max_new_tokens`` of the ``context``, :class:`ConversationTooLong` is raised.
+    """
+    ids = tokenizer.chat_ids(messages)  # the template rendered and tokenised
+    room = context - max_new_tokens
+    while len(ids) > room and len(messages) > 2:  # keep the context: drop the oldest turns
+        messages = messages[:1] + messages[2:] if messages[0]["role"] == "system" else messages[1:]
+        ids = tokenizer.chat_ids(messages)
+    if len(ids) > room:
+        raise ConversationTooLong(len(ids), max_new_tokens, context)
+    return ids
 
 
 def answer(model, tokenizer, messages, *, max_new_tokens, temperature=0.0, top_k=None, rng=None):
@@ -34,7 +75,8 @@ def answer(model, tokenizer, messages, *, max_new_tokens, temperature=0.0, top_k
     model : LlamaModel
     tokenizer : transformer_np.pretrained.Tokenizer
     messages : list of dict
-        ``{"role": "system" | "user" | "assistant", "content": str}``, oldest first.
+        ``{"role": "system" | "user" | "assistant", "content": str}``, oldest first. The oldest
+        turns are left out when the conversation does not fit in the model's context.
     max_new_tokens : int
         At most this many tokens; generation also stops at the end-of-turn token.
     temperature, top_k, rng
@@ -45,17 +87,14 @@ def answer(model, tokenizer, messages, *, max_new_tokens, temperature=0.0, top_k
     str
         The next piece of the reply. A character split over two byte-level tokens is only
         yielded once both have come.
+
+    Raises
+    ------
+    ConversationTooLong
+        If the newest message alone leaves no room for ``max_new_tokens`` (before any piece).
     """
-    ids = tokenizer.chat_ids(messages)  # the template rendered and tokenised
-    room = model.config.max_len - max_new_tokens
-    while len(ids) > room and len(messages) > 2:  # keep the context: drop the oldest turns
-        messages = messages[:1] + messages[2:] if messages[0]["role"] == "system" else messages[1:]
-        ids = tokenizer.chat_ids(messages)
-    if len(ids) > room:
-        raise ValueError(
-            f"the conversation needs {len(ids)} tokens plus max_new_tokens = {max_new_tokens}, "
-            f"more than the model's context of {model.config.max_len} tokens"
-        )
+    context = model.config.max_len
+    ids = prompt_ids(tokenizer, messages, max_new_tokens=max_new_tokens, context=context)
     prompt = np.array([ids])  # (1, T0)
     reply, shown = [], ""
     steps = stream(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, rng=rng)
@@ -70,8 +109,141 @@ def answer(model, tokenizer, messages, *, max_new_tokens, temperature=0.0, top_k
         shown = text
 
 
+# --------------------------------------------------------------------------------------------
+# the command line
+# --------------------------------------------------------------------------------------------
+
+
+def make_parser():
+    """The options, each value checked as it is parsed (a bad one: usage error, exit status 2)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m transformer_np.examples.chat", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--prompt", type=non_empty_text, help="answer this message and exit")
+    parser.add_argument(
+        "--system", default=None, help="a system message (the template's own by default)"
+    )
+    parser.add_argument(
+        "--temperature", type=non_negative_float, default=0.0, help="0 = greedy (default)"
+    )
+    parser.add_argument(
+        "--top-k", type=positive_int, help="sample among the k best tokens (needs --temperature)"
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=positive_int, default=256, help=f"below {CONTEXT} (default 256)"
+    )
+    parser.add_argument("--seed", type=non_negative_int, help="seed of the sampling")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    return parser
+
+
+def check_options(parser, args):
+    """What the options say together, checked before anything is read (usage errors)."""
+    if args.max_new_tokens >= CONTEXT:
+        parser.error(
+            f"--max-new-tokens must be below the model's context of {CONTEXT} tokens (the "
+            f"conversation needs room too), got {args.max_new_tokens}"
+        )
+    if args.top_k is not None and args.temperature == 0:
+        parser.error(
+            "--top-k samples among the k best tokens: it needs --temperature > 0 (at the "
+            "default 0 every answer is greedy, the best token each time)"
+        )
+    if args.top_k is not None and args.top_k > VOCAB_SIZE:
+        parser.error(f"--top-k must be at most the {VOCAB_SIZE} tokens known, got {args.top_k}")
+
+
+def first_messages(args):
+    """The conversation the options open: the system message, then ``--prompt``, if given."""
+    messages = [] if args.system is None else [{"role": "system", "content": args.system}]
+    if args.prompt is not None:
+        messages.append({"role": "user", "content": args.prompt})
+    return messages
+
+
+def check_length(parser, args, tokenizer):
+    """``--system`` and ``--prompt`` must leave room for the answer (a usage error if not)."""
+    messages = first_messages(args)
+    if not messages:
+        return
+    try:
+        prompt_ids(tokenizer, messages, max_new_tokens=args.max_new_tokens, context=CONTEXT)
+    except ConversationTooLong as exc:
+        given = "--prompt" if args.system is None else "--system"
+        if args.system is not None and args.prompt is not None:
+            given = "--system with --prompt"
+        parser.error(
+            f"{given} is too long: {exc.for_the_command_line()}; shorten it or lower "
+            "--max-new-tokens"
+        )
+
+
+def load_tokenizer():
+    """SmolLM2's tokenizer, from the metadata of its GGUF file (the weights are not read)."""
+    from ..pretrained import load_smollm2_tokenizer
+
+    return load_smollm2_tokenizer()
+
+
+def load_chat_model(dtype):
+    """SmolLM2-135M-Instruct with its weights in ``dtype`` (a few seconds)."""
+    from ..pretrained import load_smollm2
+
+    return load_smollm2(dtype=np.dtype(dtype))[0]
+
+
+def say(pieces):
+    """Print the pieces of an answer as they come; return the whole answer."""
+    shown = []
+    for piece in pieces:
+        print(piece, end="", flush=True)
+        shown.append(piece)
+    print()
+    return "".join(shown)
+
+
+def read_message():
+    """The next message typed at the prompt, "" at an empty line or the end of the input."""
+    try:
+        return input("> ").strip()
+    except EOFError:
+        return ""
+
+
+def converse(model, tokenizer, args):
+    """Answer ``--prompt`` once, or chat until an empty line; the exit status."""
+    messages = first_messages(args)
+    options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                   top_k=args.top_k, rng=np.random.default_rng(args.seed))  # fmt: skip
+    if args.prompt is not None:
+        say(answer(model, tokenizer, messages, **options))
+        return 0
+    print("SmolLM2-135M-Instruct in NumPy. Write a message; an empty line ends the chat.")
+    while text := read_message():
+        messages.append({"role": "user", "content": text})
+        try:
+            reply = say(answer(model, tokenizer, messages, **options))
+        except ConversationTooLong as exc:
+            messages.pop()  # the conversation goes on without it
+            print(
+                f"that message is too long: {exc.for_the_command_line()}; write a shorter one "
+                "(the chat goes on)",
+                file=sys.stderr,
+            )
+            continue
+        except ValueError as exc:  # text the tokenizer cannot read (a lone surrogate)
+            messages.pop()
+            print(f"that message cannot be read: {exc} (the chat goes on)", file=sys.stderr)
+            continue
+        messages.append({"role": "assistant", "content": reply})
+    return 0
+
+
 def main(argv=None):
-    """The command line: load the model, then answer ``--prompt`` or chat until an empty line.
+    """The command line: check the options, load the model, then answer or chat.
+
+    Every bad option is a usage error (exit status 2) before the model is loaded; Ctrl-C ends
+    the chat with a short message (exit status 130).
 
     Parameters
     ----------
@@ -81,59 +253,22 @@ def main(argv=None):
     Returns
     -------
     int
-        The exit status: 0, or 1 when the model package is missing or damaged.
+        The exit status: 0, 1 when the model package is missing or damaged, 130 on Ctrl-C.
     """
-    parser = argparse.ArgumentParser(
-        prog="python -m transformer_np.examples.chat", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--prompt", default=None, help="answer this message and exit")
-    parser.add_argument(
-        "--system", default=None, help="a system message (the template's own by default)"
-    )
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    parser.add_argument("--top-k", type=int, default=None, help="sample among the k best tokens")
-    parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--seed", type=int, default=None, help="seed of the sampling")
-    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    parser = make_parser()
     args = parser.parse_args(argv)
-    if args.max_new_tokens < 1:
-        parser.error(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
-    if not args.temperature >= 0:
-        parser.error(f"--temperature must be >= 0, got {args.temperature}")
-
-    from ..pretrained import ModelFileError, load_smollm2
-
+    check_options(parser, args)
     try:
-        model, tokenizer = load_smollm2(dtype=np.dtype(args.dtype))
-    except (ModelFileError, ImportError) as exc:
+        tokenizer = load_tokenizer()
+        check_length(parser, args, tokenizer)
+        model = load_chat_model(args.dtype)
+        return converse(model, tokenizer, args)
+    except (OSError, ImportError) as exc:  # ModelFileError: the model package missing or damaged
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    rng = np.random.default_rng(args.seed)
-    messages = [] if args.system is None else [{"role": "system", "content": args.system}]
-    options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                   top_k=args.top_k, rng=rng)  # fmt: skip
-    interactive = args.prompt is None
-    if interactive:
-        print("SmolLM2-135M-Instruct in NumPy. Write a message; an empty line ends the chat.")
-    while True:
-        if interactive:
-            try:
-                text = input("> ").strip()
-            except EOFError:
-                text = ""
-            if not text:
-                return 0
-        else:
-            text = args.prompt
-        messages.append({"role": "user", "content": text})
-        pieces = []
-        for piece in answer(model, tokenizer, messages, **options):
-            print(piece, end="", flush=True)
-            pieces.append(piece)
-        print()
-        messages.append({"role": "assistant", "content": "".join(pieces)})
-        if not interactive:
-            return 0
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

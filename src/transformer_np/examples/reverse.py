@@ -14,7 +14,6 @@ accuracy is the *exact match* of greedy decoding: every token up to EOS right.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
@@ -25,9 +24,10 @@ from ..checkpoints import save_model
 from ..decoding import translate
 from ..losses import CrossEntropyLoss
 from ..model import Transformer, TransformerConfig
-from ..optim import Adam, NoamSchedule
+from ..optim import Adam
+from ..schedule import NoamSchedule
 from ..train import fit
-from . import add_save_arguments, check_save_path, load_shipped
+from . import load_shipped, parse_training_arguments, training_parser
 
 __all__ = [
     "load_trained",
@@ -283,7 +283,7 @@ def train_reverse(
         seed, d_model=d_model, n_layers=n_layers, max_len=max_len, norm_first=norm_first
     )
     opt = Adam(
-        model.parameters(),
+        model.params,
         lr=NoamSchedule(d_model, warmup_steps=warmup, factor=lr_factor),
         betas=betas,
         eps=1e-9,
@@ -363,6 +363,26 @@ def load_trained():
     return load_shipped(CHECKPOINT)
 
 
+# --quick: shorter sequences, a smaller model, fewer held-out sequences
+QUICK = dict(min_len=2, max_len=5, d_model=32, eval_every=100, warmup=100, n_heldout=300)
+
+
+def parse_arguments(argv=None):
+    """The command line's options, checked: a bad one is a usage error (exit status 2)."""
+    parser = training_parser(
+        "python -m transformer_np.examples.reverse",
+        __doc__.split("\n")[0],
+        quick="shorter sequences, about 10 seconds",
+        steps="maximum training steps (default 3000, or 400 with --quick)",
+        time_limit=170.0,
+    )
+    parser.add_argument("--task", choices=["reverse", "sort"], default="reverse")
+    args = parse_training_arguments(parser, argv)
+    if args.steps is None:  # not given (0 is a usage error, never "the default")
+        args.steps = 400 if args.quick else 3000
+    return args
+
+
 def main(argv=None):
     """The command line: train, show five held-out examples, and save with ``--save``.
 
@@ -376,30 +396,14 @@ def main(argv=None):
     int
         The exit status: 0, or 1 if a full run ends below 99% exact match.
     """
-    parser = argparse.ArgumentParser(
-        prog="python -m transformer_np.examples.reverse", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--task", choices=["reverse", "sort"], default="reverse")
-    parser.add_argument("--quick", action="store_true", help="shorter sequences, about 10 seconds")
-    parser.add_argument("--steps", type=int, default=None, help="maximum training steps")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--time-limit", type=float, default=170.0, help="seconds (default 170)")
-    add_save_arguments(parser)
-    parser.add_argument("--no-progress", action="store_true")
-    args = parser.parse_args(argv)
-    check_save_path(parser, args)
-
-    if args.quick:
-        kw = {"min_len": 2, "max_len": 5, "d_model": 32, "steps": args.steps or 400}
-        kw.update(eval_every=100, warmup=100, n_heldout=300)
-    else:
-        kw = {"steps": args.steps or 3000}
+    args = parse_arguments(argv)
     model, history, heldout = train_reverse(
         task=args.task,
+        steps=args.steps,
         seed=args.seed,
         time_limit=args.time_limit,
         progress=not args.no_progress,
-        **kw,
+        **(QUICK if args.quick else {}),
     )
     src, _, tgt_out = heldout
     pred = translate(model, src[:5], tgt_out.shape[1], bos_id=BOS, eos_id=EOS)
