@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from importlib.resources import files
 from pathlib import Path
@@ -361,6 +362,59 @@ def test_wrong_dtype_request_is_rejected(dtype):
         load_minilm(dtype)
 
 
+def test_load_minilm_refuses_none_as_a_dtype():
+    # np.dtype(None) is float64: the documented default is float32
+    with pytest.raises(TypeError, match=r"got None \(the default is np.float32\)"):
+        load_minilm(None)
+
+
+def test_batch_size_may_be_a_numpy_integer(model32):
+    assert model32.encode(["a", "b c"], batch_size=np.int64(1)).shape == (2, 384)
+
+
+def test_lone_surrogate_is_rejected_naming_the_sentence_and_position(model32):
+    # the tokenizer library would say "TextInputSequence must be str" about a str
+    where = r"lone surrogate '\\ud800' at position 2"
+    with pytest.raises(ValueError, match=r"sentences\[1\] holds a " + where):
+        model32.encode(["ok", "ab\ud800c"])
+    with pytest.raises(ValueError, match=r"sentences\[0\] holds a " + where):
+        model32.tokenize(["ab\ud800"])
+    for method in (model32.tokens, model32.attentions):
+        with pytest.raises(ValueError, match="sentence holds a " + where):
+            method("ab\ud800")
+
+
+@pytest.mark.parametrize(
+    "mask, error, match",
+    [
+        (
+            [["1", "1", "1"]],
+            TypeError,
+            "1 .or True. for real tokens and 0 for padding, got dtype <U1",
+        ),
+        ([[1, 0.5, 1]], ValueError, r"for padding, got 0.5 at index \(0, 1\)"),
+        ([[0, 0, 0]], ValueError, r"attention_mask\[0\] is all 0: every sequence needs"),
+    ],
+)
+def test_attention_mask_must_be_zeros_and_ones(model32, mask, error, match):
+    with pytest.raises(error, match=match):
+        model32.forward(np.array([[101, 7592, 102]]), np.array(mask))
+    with pytest.raises(error, match=match):
+        model32.pool(np.ones((1, 3, 384), np.float32), np.array(mask))
+    ids, _ = model32.tokenize(["Ciao"])  # booleans are a mask too
+    assert model32.forward(ids, np.ones(ids.shape, bool)).shape == ids.shape + (384,)
+
+
+@pytest.mark.parametrize("shape", [(1, 0), (0, 3)])
+def test_no_tokens_is_rejected(model32, shape):
+    got = re.escape(f"must hold at least one sequence of one token, got shape {shape}")
+    with pytest.raises(ValueError, match="input_ids " + got):
+        model32.forward(np.zeros(shape, np.int64), np.zeros(shape, np.int64))
+    got = re.escape(f"must hold at least one sequence of one token, got shape {shape + (384,)}")
+    with pytest.raises(ValueError, match="hidden " + got):
+        model32.pool(np.zeros(shape + (384,), np.float32), np.zeros(shape))
+
+
 def test_forward_rejects_mismatched_mask(model32):
     with pytest.raises(ValueError, match="attention_mask must have the shape of input_ids"):
         model32.forward(np.array([[101, 102]]), np.array([[1, 1, 0]]))
@@ -393,13 +447,26 @@ def test_minilm_load_state_checks_every_tensor_before_copying():
     last = list(weight_map(model.config))[-1]
     shape = tensors[last].shape
     tensors[last] = np.zeros((3,), np.float32)  # ...if the last one were checked only later
-    with pytest.raises(ValueError, match=f"{last}: our .* has shape"):
+    ours = f"{last} (our blocks[5].norm2.params['beta'])"
+    with pytest.raises(ValueError, match=re.escape(f"{ours} must have shape (384,), got (3,)")):
         model.load_state(tensors)
     assert np.array_equal(model.word_embeddings.params["W"], before)
     tensors[last] = np.full(shape, np.nan, np.float32)
-    with pytest.raises(ValueError, match=f"{last} contains NaN or inf"):
+    with pytest.raises(ValueError, match=re.escape(f"{ours} contains NaN or inf (384 of 384")):
         model.load_state(tensors)
     assert np.array_equal(model.word_embeddings.params["W"], before)
+
+
+def test_minilm_load_state_checks_finiteness_in_the_model_dtype(model32):
+    # float64 values of 1e300 are finite, and inf once converted to the float32 model
+    tensors = dict(checkpoint.read_safetensors(find_model_dir() / "model.safetensors"))
+    name = "encoder.layer.0.attention.self.query.weight"
+    tensors[name] = np.full(tensors[name].shape, 1e300)
+    ours = re.escape(f"{name} (our blocks[0].attn.params['W_q'], transposed)")
+    with pytest.raises(ValueError, match=ours + " does not fit in float32: its largest .* 1e"):
+        model32.load_state(tensors)
+    with pytest.raises(ValueError, match="checkpoint tensor names do not match: missing"):
+        model32.load_state({})
 
 
 # ------------------------------------------------------------------ missing or corrupted files

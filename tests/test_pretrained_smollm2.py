@@ -124,6 +124,15 @@ def test_tokenizer_arguments_are_checked(tok):
         tok.apply_chat_template([{"role": "user", "content": None}])
 
 
+def test_lone_surrogate_is_rejected_naming_the_argument_and_position(tok):
+    # the tokenizer library would say "TextInputSequence must be str" about a str
+    with pytest.raises(ValueError, match=r"text holds a lone surrogate '\\ud800' at position 2"):
+        tok.encode("ab\ud800c")
+    chat = [{"role": "user", "content": "Hi"}, {"role": "user", "content": "a\udc00"}]
+    with pytest.raises(ValueError, match=r"messages\[1\]\['content'\] holds a lone surrogate"):
+        tok.chat_ids(chat)
+
+
 def test_missing_tokenizers_package_names_the_pretrained_extra(monkeypatch):
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(
@@ -141,6 +150,17 @@ def test_missing_tokenizers_package_names_the_pretrained_extra(monkeypatch):
 def test_load_smollm2_rejects_other_dtypes():
     with pytest.raises(ValueError, match="dtype must be np.float32 or np.float64, got 'int8'"):
         load_smollm2("int8")
+
+
+@pytest.mark.parametrize(
+    "dtype, got", [("bogus", "'bogus'"), (None, r"None \(the default is np.float32\)")]
+)
+def test_load_smollm2_names_a_dtype_that_is_not_one(dtype, got):
+    # np.dtype(None) is float64, and a None passed on gave an AttributeError
+    with pytest.raises(ValueError, match=f"dtype must be np.float32 or np.float64, got {got}"):
+        load_smollm2(dtype)
+    with pytest.raises(TypeError, match="path must be a str or a pathlib.Path, got int"):
+        load_smollm2(path=5)
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_positive_int
+from .._checks.general import check_positive_int
 
 __all__ = [
     "INSTALL_HINT",

