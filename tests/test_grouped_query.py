@@ -1,15 +1,16 @@
-"""grouped_query.py: grouped-query attention with rotary positions.
+"""multi_head.py, the grouped-query case: MultiHeadAttention with n_kv_heads < n_heads and
+rotary positions (rope_base), as LLaMA's blocks build it.
 
-Sections: values (the same as repeating each key/value head G times; multi-head attention
-when G = 1 at position 0; the cache gives the same output step by step), errors, reference
-(Hugging Face's LlamaAttention in float64 and float32).
+Sections: values (the same as repeating each key/value head G times, in self-attention with
+RoPE and in cross-attention without; multi-head attention when G = 1 at position 0; the cache
+gives the same output step by step), errors, reference (Hugging Face's LlamaAttention in
+float64 and float32).
 """
 
 import numpy as np
 import pytest
 
 from transformer_np import (
-    GroupedQueryAttention,
     KVCache,
     MultiHeadAttention,
     apply_rope,
@@ -26,6 +27,13 @@ from rounding import TORCH_EXP_ROUNDINGS, TORCH_SCALE_ROUNDINGS, attention_layer
 # ours, or ours and Hugging Face's), with the rotation's tables (the same on both sides).
 
 
+def grouped(d_model, n_heads, n_kv_heads, *, rope_base=10000.0, **kw):
+    """Grouped-query attention with RoPE and no biases, as a LlamaBlock builds it."""
+    return MultiHeadAttention(
+        d_model, n_heads, n_kv_heads=n_kv_heads, rope_base=rope_base, bias=False, **kw
+    )
+
+
 def rope_of(gqa, T):
     """The (cos, sin) tables of positions 0 .. T - 1 of ``gqa``'s heads."""
     return rope_angles(np.arange(T), gqa.d_head, gqa.rope_base)
@@ -36,24 +44,30 @@ def rope_of(gqa, T):
 # ============================================================================================
 
 
-def repeated_heads_attention(gqa, x):
-    """The definition written out: every key/value head copied for each query head it serves."""
+def repeated_heads_attention(gqa, x, memory=None):
+    """The definition written out: every key/value head copied for each query head it serves.
+
+    Causal self-attention with RoPE, or (``memory`` given) cross-attention without rotation.
+    """
     B, T, D = x.shape
     H, Hkv, Dh = gqa.n_heads, gqa.n_kv_heads, gqa.d_head
-    p = gqa.params
-    heads = lambda y, n: y.reshape(B, T, n, Dh).transpose(0, 2, 1, 3)  # noqa: E731
-    q, k, v = heads(x @ p["W_q"], H), heads(x @ p["W_k"], Hkv), heads(x @ p["W_v"], Hkv)
-    cos, sin = rope_angles(np.arange(T), Dh, gqa.rope_base)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    k, v = np.repeat(k, H // Hkv, axis=1), np.repeat(v, H // Hkv, axis=1)  # (B, H, T, Dh)
+    p, x_kv = gqa.params, x if memory is None else memory
+    heads = lambda y, n: y.reshape(B, -1, n, Dh).transpose(0, 2, 1, 3)  # noqa: E731
+    q, k, v = heads(x @ p["W_q"], H), heads(x_kv @ p["W_k"], Hkv), heads(x_kv @ p["W_v"], Hkv)
+    if memory is None:
+        cos, sin = rope_angles(np.arange(T), Dh, gqa.rope_base)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    k, v = np.repeat(k, H // Hkv, axis=1), np.repeat(v, H // Hkv, axis=1)  # (B, H, S, Dh)
     scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(Dh)
-    w = softmax(np.where(causal_mask(T), scores, -np.inf), axis=-1)
+    if memory is None:
+        scores = np.where(causal_mask(T), scores, -np.inf)
+    w = softmax(scores, axis=-1)
     return (w @ v).transpose(0, 2, 1, 3).reshape(B, T, D) @ p["W_o"], w
 
 
 @pytest.mark.parametrize("n_kv_heads", [1, 2, 4])
 def test_equals_keys_and_values_repeated_per_group(rng, n_kv_heads):
-    gqa = GroupedQueryAttention(32, 4, n_kv_heads, rope_base=1000.0, rng=rng)
+    gqa = grouped(32, 4, n_kv_heads, rope_base=1000.0, rng=rng)
     x = rng.standard_normal((2, 7, 32))
     out, w = gqa(x, mask=causal_mask(7))
     out_ref, w_ref = repeated_heads_attention(gqa, x)
@@ -62,17 +76,27 @@ def test_equals_keys_and_values_repeated_per_group(rng, n_kv_heads):
     assert_within(w, w_ref, 2 * bound["weights"], "weights vs repeated heads")
 
 
-def test_one_group_per_head_at_one_position_is_multi_head_attention(rng):
-    gqa = GroupedQueryAttention(16, 4, 4, rng=rng)
-    mha = MultiHeadAttention(16, 4, bias=False, rng=rng)
+def test_without_rotation_the_groups_serve_cross_attention(rng):
+    gqa = MultiHeadAttention(32, 4, n_kv_heads=2, bias=False, rng=rng)  # no rope_base
+    x, memory = rng.standard_normal((2, 5, 32)), rng.standard_normal((2, 7, 32))
+    out, w = gqa(x, memory)
+    out_ref, w_ref = repeated_heads_attention(gqa, x, memory)
+    bound = attention_layer_bound(gqa, x, memory)  # each side
+    assert_within(out, out_ref, 2 * bound["out"], "output vs repeated heads")
+    assert_within(w, w_ref, 2 * bound["weights"], "weights vs repeated heads")
+
+
+def test_one_group_per_head_at_one_position_is_plain_multi_head_attention(rng):
+    gqa = grouped(16, 4, 4, rng=rng)
+    mha = MultiHeadAttention(16, 4, bias=False, rng=rng)  # no groups, no rotation
     mha.params.update(gqa.params)
     x = rng.standard_normal((3, 1, 16))  # one position: the rotation is the identity
     tol = 2 * attention_layer_bound(mha, x)["out"]  # cos 1, sin 0: the same bound for both
-    assert_within(gqa(x)[0], mha(x)[0], tol, "GQA vs MHA")
+    assert_within(gqa(x)[0], mha(x)[0], tol, "GQA with RoPE vs MHA")
 
 
 def test_the_cache_gives_the_same_output_step_by_step(rng):
-    gqa = GroupedQueryAttention(24, 6, 2, rng=rng)
+    gqa = grouped(24, 6, 2, rng=rng)
     x = rng.standard_normal((2, 9, 24))
     full, _ = gqa(x, mask=causal_mask(9))
     cache = KVCache(9)
@@ -85,7 +109,7 @@ def test_the_cache_gives_the_same_output_step_by_step(rng):
 
 
 def test_unbatched_input(rng):
-    gqa = GroupedQueryAttention(16, 4, 2, rng=rng)
+    gqa = grouped(16, 4, 2, rng=rng)
     x = rng.standard_normal((5, 16))
     out, w = gqa(x, mask=causal_mask(5))
     # exact: an unbatched input is run as a batch of one, the same steps on the same numbers
@@ -94,7 +118,7 @@ def test_unbatched_input(rng):
 
 
 def test_the_shared_angle_table_equals_rope_angles():
-    from transformer_np.grouped_query import rope_table
+    from transformer_np.multi_head import rope_table
 
     cos, sin = rope_table(37, 8, 500.0, np.float32)
     assert cos.shape == (64, 8) and not cos.flags.writeable
@@ -111,27 +135,29 @@ def test_the_shared_angle_table_equals_rope_angles():
 
 def test_kv_heads_must_divide_heads():
     with pytest.raises(ValueError, match="n_kv_heads must divide n_heads.*n_kv_heads = 3"):
-        GroupedQueryAttention(32, 4, 3)
+        MultiHeadAttention(32, 4, n_kv_heads=3)
 
 
 def test_heads_must_have_an_even_size():
     with pytest.raises(ValueError, match="heads of even size"):
-        GroupedQueryAttention(12, 4, 2)  # Dh = 3
+        MultiHeadAttention(12, 4, n_kv_heads=2, rope_base=10000.0)  # Dh = 3
 
 
-def test_cross_attention_is_refused(rng):
-    gqa = GroupedQueryAttention(16, 4, 2, rng=rng)
-    with pytest.raises(ValueError, match="self-attention only: x_kv must be None"):
+def test_cross_attention_with_rotation_is_refused(rng):
+    gqa = grouped(16, 4, 2, rng=rng)
+    with pytest.raises(ValueError, match="x_kv must be None: with rope_base this layer attends"):
         gqa(np.ones((1, 2, 16)), np.ones((1, 3, 16)))
 
 
 def test_wrong_width_is_named(rng):
     with pytest.raises(ValueError, match="x_q must have last dimension d_model = 16"):
-        GroupedQueryAttention(16, 4, 2, rng=rng)(np.ones((1, 2, 8)))
+        grouped(16, 4, 2, rng=rng)(np.ones((1, 2, 8)))
 
 
-def test_no_backward():
-    gqa = GroupedQueryAttention(16, 4, 2, rng=0)
+@pytest.mark.parametrize("n_kv_heads", [2, 4])  # groups of 2 query heads; no groups, rotated
+def test_no_backward_through_groups_or_rotation(n_kv_heads):
+    # inference only: refused, not a gradient that ignores the groups or the rotation
+    gqa = grouped(16, 4, n_kv_heads, rng=0)
     gqa(np.ones((1, 2, 16)))
     with pytest.raises(NotImplementedError, match="inference only"):
         gqa.backward(np.ones((1, 2, 16)))
@@ -151,7 +177,7 @@ def test_matches_llama_attention(torch, rng, dtype, monkeypatch):
     cfg = LlamaConfig(vocab_size=10, d_model=48, n_layers=1, n_heads=6, n_kv_heads=2, d_ff=8)
     tdtype = getattr(torch, np.dtype(dtype).name)
     ref = LlamaAttention(hf_llama_config(cfg), layer_idx=0).to(tdtype)
-    gqa = GroupedQueryAttention(48, 6, 2, rope_base=cfg.rope_base, rng=rng, dtype=dtype)
+    gqa = grouped(48, 6, 2, rope_base=cfg.rope_base, rng=rng, dtype=dtype)
     with torch.no_grad():
         for ours, theirs in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj")):
             getattr(ref, theirs).weight.copy_(to_torch(gqa.params[ours].T))

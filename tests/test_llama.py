@@ -11,10 +11,10 @@ import pytest
 
 from transformer_np import (
     EncoderBlock,
-    GroupedQueryAttention,
     LlamaBlock,
     LlamaConfig,
     LlamaModel,
+    MultiHeadAttention,
     RMSNorm,
     SwiGLU,
     causal_mask,
@@ -118,7 +118,8 @@ def test_block_is_the_pre_ln_encoder_block_with_new_sublayers(rng):
     block = LlamaBlock(16, 4, 24, n_kv_heads=2, rng=rng)
     assert isinstance(block, EncoderBlock) and block.norm_first
     assert type(block).forward is EncoderBlock.forward  # the block is written once
-    assert isinstance(block.attn, GroupedQueryAttention)
+    assert isinstance(block.attn, MultiHeadAttention)  # grouped-query, rotary, no biases
+    assert (block.attn.n_kv_heads, block.attn.rope_base, block.attn.has_bias) == (2, 1e4, False)
     assert isinstance(block.norm1, RMSNorm) and isinstance(block.norm2, RMSNorm)
     assert isinstance(block.ff, SwiGLU)
     x = rng.standard_normal((2, 5, 16))
