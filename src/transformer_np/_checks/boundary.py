@@ -135,9 +135,13 @@ def checked(validator):
 
     def decorate(function):
         signature = inspect.signature(function)
+        names = list(signature.parameters)
+        plain = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in signature.parameters.values())
 
         @functools.wraps(function)
         def public(*args, **kwargs):
+            if plain and not kwargs and len(args) == len(names):  # every argument, in order
+                return function(**validator(**dict(zip(names, args, strict=True))))
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
             return function(**validator(**bound.arguments))
