@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks.boundary import run_or_blame
-from ._checks.general import as_grad, check_finite
+from ._checks.general import as_grad
 from ._checks.models import (
     check_decode,
     check_encode,
@@ -54,8 +54,8 @@ def stack(block, n_layers, cfg, rng, dtype):
 def check_grad_logits(model, grad_logits):
     """A model's ``backward`` input: after a forward pass, a finite float array.
 
-    The output layer checks the shape; this adds what a layer does not check (every layer
-    passes its gradient on, so a NaN here would silently become NaN in every gradient).
+    Named ``grad_logits`` in the errors (shape, dtype, NaN or inf): every layer passes its
+    gradient on, so a NaN here would silently become NaN in every gradient.
     """
     out = model.out
     if out.cache is None:
@@ -64,8 +64,7 @@ def check_grad_logits(model, grad_logits):
         )
     vocab = out.embedding.vocab_size if isinstance(out, TiedOutput) else out.d_out
     g = np.asarray(grad_logits)
-    g = as_grad(g, out.cache["shape"][:-1] + (vocab,), g.dtype, "grad_logits")
-    check_finite(g, "grad_logits")
+    as_grad(g, out.cache["shape"][:-1] + (vocab,), g.dtype, "grad_logits")  # finite too
 
 
 def output_layer(cfg, embedding, vocab_size, rng, dtype):

@@ -220,3 +220,17 @@ class Module:
                 f"{type(self).__name__}.backward was called before a forward pass (no cache)"
             )
         return self.cache
+
+
+class NamedMaps(Module):
+    """A layer made of maps whose parameters keep the formula's names: ``"W"`` of the map
+    ``q`` is ``"W_q"`` (MultiHeadAttention, SwiGLU), not ``"q.W"``."""
+
+    @staticmethod
+    def join_key(child: str, key: str) -> str:
+        return f"{key}_{child}"
+
+    @staticmethod
+    def split_key(name: str) -> tuple[str, str]:
+        key, _, child = name.rpartition("_")
+        return child, key

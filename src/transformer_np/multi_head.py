@@ -25,7 +25,7 @@ from ._checks.models import check_kv_append, check_kv_length, check_mha_call, ch
 from .attention import attention_backward, scaled_dot_product_attention
 from .layers import Linear
 from .masks import causal_mask
-from .module import Module
+from .module import NamedMaps
 from .rope import apply_rope, rope_angles
 
 __all__ = ["KVCache", "MultiHeadAttention", "merge_heads", "split_heads"]
@@ -117,7 +117,7 @@ def angle_table(size, d_head, base, dtype):
     return cos, sin
 
 
-class MultiHeadAttention(Module):
+class MultiHeadAttention(NamedMaps):
     r"""Multi-head attention: four Linear maps around the attention of every head at once.
 
     .. math:: \mathrm{MultiHead}(X_q, X_{kv}) = \mathrm{Concat}(\mathrm{head}_1, \dots,
@@ -182,15 +182,6 @@ class MultiHeadAttention(Module):
         self.v = Linear(self.d_model, d_kv, **kw)
         self.o = Linear(self.d_model, self.d_model, **kw)
         self.add_children(q=self.q, k=self.k, v=self.v, o=self.o)
-
-    @staticmethod
-    def join_key(child, key):
-        return f"{key}_{child}"  # the paper's names: "W" of the map "q" is "W_q"
-
-    @staticmethod
-    def split_key(name):
-        key, _, child = name.rpartition("_")
-        return child, key
 
     def __repr__(self):
         extra = "" if self.n_kv_heads == self.n_heads else f", n_kv_heads={self.n_kv_heads}"

@@ -15,7 +15,7 @@ from ._checks.boundary import checked
 from ._checks.functions import check_silu
 from ._checks.layers import check_swiglu_call, check_swiglu_init
 from .layers import Linear
-from .module import Module
+from .module import NamedMaps
 
 __all__ = ["SwiGLU", "silu"]
 
@@ -38,7 +38,7 @@ def silu(z):
         return z / (1.0 + np.exp(-z))
 
 
-class SwiGLU(Module):
+class SwiGLU(NamedMaps):
     r"""Gated feed-forward network: three Linear maps without biases.
 
     Parameters
@@ -87,15 +87,6 @@ class SwiGLU(Module):
         self.up = Linear(self.d_model, self.d_ff, **kw)  # D -> F
         self.down = Linear(self.d_ff, self.d_model, **kw)  # F -> D
         self.add_children(gate=self.gate, up=self.up, down=self.down)
-
-    @staticmethod
-    def join_key(child, key):
-        return f"{key}_{child}"  # the formula's names: "W" of the map "gate" is "W_gate"
-
-    @staticmethod
-    def split_key(name):
-        key, _, child = name.rpartition("_")
-        return child, key
 
     def __repr__(self):
         return f"SwiGLU(d_model={self.d_model}, d_ff={self.d_ff})"

@@ -160,14 +160,8 @@ def check_tied_output_call(layer, h):
 # -- RMSNorm ------------------------------------------------------------------------------------
 
 
-def check_rms_norm_init(d_model, eps, dtype):
-    check_positive_int(d_model, "d_model")
-    check_positive_float(eps, "eps")
-    check_dtype(dtype)
-
-
-def check_rms_norm_call(layer, x):
-    return features_call(layer, x, layer.d_model, "d_model")
+# the arguments and the input of LayerNorm's
+check_rms_norm_init, check_rms_norm_call = check_layer_norm_init, check_layer_norm_call
 
 
 # -- SwiGLU -------------------------------------------------------------------------------------
