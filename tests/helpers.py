@@ -315,7 +315,7 @@ def gradcheck_model(model, loss_fn, rng, per_array=2):
     """
     model.zero_grad()
     loss_fn(backward=True)
-    grads = {k: np.array(v, copy=True) for k, v in model.gradients().items()}
+    grads = {k: np.array(v, copy=True) for k, v in model.grads.items()}
     assert set(grads) == set(model.params)
     all_a, all_n = [], []
     for name, p in model.params.items():

@@ -137,7 +137,8 @@ def test_missing_model_package_names_the_install_command(monkeypatch, capsys):
      (["--seed", "-1"], "argument --seed: must be an integer >= 0, got '-1'"),
      (["--prompt", ""], "argument --prompt: must not be empty, got ''"),
      (["--prompt", "  "], "argument --prompt: must not be empty, got '  '"),
-     (["--top-k", "5"], "--top-k samples among the k best tokens: it needs --temperature > 0")],
+     (["--top-k", "5"], "--top-k samples among the k best tokens: it needs --temperature > 0"),
+     (["--seed", "3"], "--seed seeds the sampling: it needs --temperature > 0")],
 )  # fmt: skip
 def test_bad_options_are_usage_errors_before_any_loading(argv, message, no_loading, capsys):
     with pytest.raises(SystemExit) as exc:

@@ -324,10 +324,10 @@ def test_gradients_are_overwritten_not_accumulated(rng):
     g = rng.standard_normal((2, 5, 7))
     model(x)
     model.backward(g)
-    first = {k: v.copy() for k, v in model.gradients().items()}
+    first = {k: v.copy() for k, v in model.grads.items()}
     model(x)
     model.backward(g)
-    for k, v in model.gradients().items():
+    for k, v in model.grads.items():
         np.testing.assert_array_equal(v, first[k])
 
 
@@ -440,7 +440,7 @@ def test_transformer_loss_and_gradients_match_torch(torch, rng, norm_first, tie)
     tols = {name: t.tol(np.float64, sides=2) for name, t in back(g_r).items()}
     assert_within(logits, tlogits.detach(), logits_r.tol(np.float64, sides=2), "logits")
     assert abs(loss - tloss.item()) <= loss_r.tol(np.float64, sides=2)
-    grads = model.gradients()
+    grads = model.grads
 
     def assert_gradient_matches_torch(name, torch_grad, what=None):
         assert_within(grads[name], torch_grad, tols[name], what or name)
@@ -500,7 +500,7 @@ def test_language_model_loss_and_gradients_match_torch(torch, rng):
     loss_r, g_r = cross_entropy_rounded(logits_r, y)
     tol = {name: t.tol(np.float64, sides=2) for name, t in back(g_r).items()}
     assert abs(loss - tloss.item()) <= loss_r.tol(np.float64, sides=2)
-    grads = model.gradients()
+    grads = model.grads
     assert_within(grads["embed.W"], emb.weight.grad, tol["embed.W"], "embed.W (tied)")
     assert_within(grads["out.b"], bias.grad, tol["out.b"], "out.b")
     assert_within(

@@ -47,6 +47,18 @@ def test_backward_before_forward_is_a_clear_error():
         MultiHeadAttention(4, 2).backward(np.ones((1, 2, 4)))
 
 
+def test_a_gradient_read_before_backward_is_a_clear_error():
+    lm = small_language_model(d_model=8, max_len=6, dtype="float64")
+    name = next(iter(lm.params))
+    with pytest.raises(KeyError, match=f"no gradient for '{name}': call backward\\(\\) first"):
+        lm.grads[name]
+    ids = np.array([[1, 2, 3]])
+    logits = lm(ids)  # (1, 3, V)
+    lm.backward(np.ones_like(logits))
+    assert set(lm.grads) == set(lm.params)  # after backward: one gradient per parameter
+    assert all(lm.grads[k].shape == p.shape for k, p in lm.params.items())
+
+
 def test_backward_before_forward_names_the_model_or_block():
     lm = small_language_model(d_model=8, max_len=6, dtype="float64")
     with pytest.raises(RuntimeError, match="LanguageModel.backward was called before a forward"):

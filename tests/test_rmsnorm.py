@@ -73,6 +73,14 @@ def test_wrong_width_is_named():
         RMSNorm(8)(np.ones((2, 7)))
 
 
+def test_overflow_in_float32_is_an_error_not_zeros():
+    # 1e20 squared overflows float32: the mean square is inf and the row would come out as 0
+    x = np.array([[1e20, 1.0, -1.0, 2.0]], np.float32)
+    with pytest.raises(ValueError, match="x is too large to normalise in float32"):
+        RMSNorm(4, dtype=np.float32)(x)
+    assert np.all(RMSNorm(4)(x.astype(np.float64)) != 0)  # the same row in float64 is fine
+
+
 def test_nan_input_is_refused():
     with pytest.raises(ValueError, match="x contains NaN"):
         RMSNorm(2)(np.array([[1.0, np.nan]]))

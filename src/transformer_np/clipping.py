@@ -1,6 +1,6 @@
 """Gradient clipping by global norm: all gradients scaled together, their direction kept.
 
-Gradients are plain dicts ``name -> ndarray`` (what ``model.gradients()`` returns).
+Gradients are plain dicts ``name -> ndarray`` (such as ``model.grads``).
 :func:`global_norm` measures them all as one vector; :func:`clip_grad_norm` scales them in place
 so that this norm is at most ``max_norm``, as ``torch.nn.utils.clip_grad_norm_`` does.
 :func:`~transformer_np.train_step` calls it before every Adam step. Page:
@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ._checks.boundary import checked
-from ._checks.training import check_clip_grad_norm, check_global_norm
+from ._checks.optim import check_clip_grad_norm, check_global_norm
 
 __all__ = ["clip_grad_norm", "global_norm"]
 

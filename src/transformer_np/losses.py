@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._checks.boundary import checked
-from ._checks.training import (
+from ._checks.losses import (
     check_cross_entropy,
     check_cross_entropy_loss_init,
     check_loss_backward,

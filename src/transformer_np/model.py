@@ -148,7 +148,7 @@ class Transformer(ModelBase):
     >>> logits.shape
     (2, 4, 12)
     >>> model.backward(np.ones_like(logits))
-    >>> model.gradients()["encoder.0.attn.W_q"].shape
+    >>> model.grads["encoder.0.attn.W_q"].shape
     (16, 16)
     """
 

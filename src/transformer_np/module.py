@@ -49,6 +49,8 @@ class NestedParams(MutableMapping):
 
     def __getitem__(self, key):
         d, rest = self._split(key)
+        if self.attr == "grads" and rest not in d:
+            raise KeyError(f"no gradient for {key!r}: call backward() first")
         return d[rest]
 
     def __setitem__(self, key, value):
@@ -160,23 +162,6 @@ class Module:
     def num_parameters(self) -> int:
         """Total number of scalar parameters."""
         return int(sum(p.size for p in self.params.values()))
-
-    def gradients(self) -> dict[str, np.ndarray]:
-        """Dict ``name -> ndarray`` of the gradients of the last backward pass.
-
-        Same keys, in the same order, as ``params``. A snapshot of the arrays (the next
-        backward pass makes new ones); ``self.grads`` is the live view.
-        """
-        if not self._children:
-            missing = [k for k in self.params if k not in self.grads]
-            if missing:
-                raise RuntimeError(f"no gradient for {missing[:3]}: call backward() first")
-            return dict(self.grads)
-        leaves = self.leaves()
-        missing = [name for name, layer, k in leaves if k not in layer.grads]
-        if missing:
-            raise RuntimeError(f"no gradient for {missing[:3]}...: call backward() first")
-        return {name: layer.grads[k] for name, layer, k in leaves}
 
     def zero_grad(self) -> None:
         """Set every gradient to zeros shaped like its parameter."""

@@ -205,12 +205,12 @@ class MultiHeadAttention(NamedMaps):
         x_kv = x_q if self_attention else x_kv
         start = 0 if kv_cache is None else kv_cache.length  # positions already cached
         # 1. projections, split into heads: (B, T, D) -> (B, H, T, Dh)
-        q = split_heads(self.q.forward(x_q), H)
+        q = split_heads.unchecked(self.q.forward(x_q), H)
         if kv_cache is not None and not self_attention and start:
             k, v = kv_cache.stored()  # cross-attention: the encoder's, projected once
         else:
-            k = split_heads(self.k.forward(x_kv), Hkv)  # (B, S, D) -> (B, Hkv, S, Dh)
-            v = split_heads(self.v.forward(x_kv), Hkv)
+            k = split_heads.unchecked(self.k.forward(x_kv), Hkv)  # (B, S, D) -> (B, Hkv, S, Dh)
+            v = split_heads.unchecked(self.v.forward(x_kv), Hkv)
             if self.rope_base is not None:  # 2. rotary positions, after the cached ones
                 q, k = self.rotate(q, start), self.rotate(k, start)
             if kv_cache is not None:  # (B, Hkv, S, Dh) -> (B, Hkv, start + S, Dh)
@@ -222,7 +222,7 @@ class MultiHeadAttention(NamedMaps):
         need_weights = kv_cache is None  # only a backward pass needs them
         ctx, weights = self.attend(q, k, v, mask, bias, need_weights)
         # 4. concatenate the heads and project: (B, H, T, Dh) -> (B, T, D)
-        out = self.o.forward(merge_heads(ctx))
+        out = self.o.forward(merge_heads.unchecked(ctx))
         self.cache = {"q": q, "k": k, "v": v, "weights": weights, "shape": (B, T, k.shape[2])}
         self.cache.update(self_attention=self_attention)
         return out, weights  # (B, T, D), (B, H, T, S)
@@ -278,12 +278,13 @@ class MultiHeadAttention(NamedMaps):
         g = as_grad(grad_output, (T, self.d_model) if unbatched else (B, T, self.d_model),
                     c["q"].dtype).reshape(B, T, self.d_model)  # fmt: skip
         # 4. output projection, then the heads apart again: (B, T, D) -> (B, H, T, Dh)
-        dctx = split_heads(self.o.backward(g), self.n_heads)
+        dctx = split_heads.unchecked(self.o.backward(g), self.n_heads)
         # 3. attention in every head
         dq, dk, dv = attention_backward.unchecked(dctx, c["q"], c["k"], c["v"], c["weights"])
         # 2. and 1. the heads merged, through the three projections
-        dx_q = self.q.backward(merge_heads(dq))  # (B, T, D)
-        dx_kv = self.k.backward(merge_heads(dk)) + self.v.backward(merge_heads(dv))  # (B, S, D)
+        dx_q = self.q.backward(merge_heads.unchecked(dq))  # (B, T, D)
+        dx_k = self.k.backward(merge_heads.unchecked(dk))  # (B, S, D)
+        dx_kv = dx_k + self.v.backward(merge_heads.unchecked(dv))
         if c["self_attention"]:
             dx_q += dx_kv  # x is query, key and value at once: the three paths add up
             return dx_q[0] if unbatched else dx_q

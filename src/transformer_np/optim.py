@@ -1,8 +1,8 @@
 """Adam, the optimiser of the paper (the warm-up schedule is in schedule.py, clipping in
 clipping.py). Page: ``docs/*/training.md``, section "Adam".
 
-Parameters and gradients are plain dicts ``name -> ndarray`` with the same keys (what
-``model.params`` and ``model.gradients()`` return). Adam updates the parameter arrays in
+Parameters and gradients are mappings ``name -> ndarray`` with the same keys (what
+``model.params`` and ``model.grads`` return). Adam updates the parameter arrays in
 place, so every layer that holds them sees the new values.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ._checks.training import (
+from ._checks.optim import (
     check_adam_init,
     check_adam_state,
     check_adam_step,

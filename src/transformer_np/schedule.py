@@ -6,7 +6,7 @@ Page: ``docs/*/training.md``, section "The learning rate with warm-up".
 from __future__ import annotations
 
 from ._checks.boundary import checked
-from ._checks.training import check_noam_lr, check_noam_schedule
+from ._checks.optim import check_noam_lr, check_noam_schedule
 
 __all__ = ["NoamSchedule", "noam_lr"]
 

@@ -90,7 +90,7 @@ def train_step(model, batch, optimizer, loss_fn=None, *, clip_norm=1.0):
         logits = model(*inputs)  # 1. forward: (B, T, V)
         loss = check_loss_value(loss_fn(logits, targets), loss_fn)  # 2. loss
         model.backward(loss_fn.backward())  # 3. backward: the gradient of every parameter
-        grads = model.gradients()
+        grads = model.grads
         norm = clip_grad_norm(grads, clip_norm) if clip_norm else global_norm(grads)  # 4. clip
         check_grad_norm(norm, loss)
     optimizer.step(grads)  # 5. update

@@ -8,6 +8,6 @@ what was expected and shows what was received, instead of a NumPy traceback or a
 * :mod:`.boundary`: how a check is applied: :func:`.boundary.call_layer` (what
   ``Module.__call__`` runs) and the :func:`.boundary.checked` decorator of public functions,
   with the dtype policy (float16 is computed in float32) and the blame of a bad parameter;
-* one module per family of entry points (:mod:`.layers`, :mod:`.attention`, :mod:`.models`,
-  :mod:`.training`, ...), one validator per entry point.
+* one module per family of entry points (:mod:`.layers`, :mod:`.functions`, :mod:`.models`,
+  :mod:`.optim`, :mod:`.losses`, :mod:`.training`, ...), one validator per entry point.
 """

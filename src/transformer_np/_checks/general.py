@@ -14,6 +14,12 @@ from collections.abc import Mapping
 import numpy as np
 
 __all__ = [
+    "type_description",
+    "is_positive",
+    "check_step",
+    "check_real",
+    "check_positive",
+    "check_integer",
     "as_float_array",
     "all_finite",
     "as_typed_array",
@@ -32,8 +38,6 @@ __all__ = [
     "compute_dtype",
     "first_index",
     "grad_arrays",
-    "check_positive_number",
-    "check_step",
     "real_scalar",
     "shape_str",
     "type_name",
@@ -249,32 +253,6 @@ def real_scalar(value):
     return float(value)
 
 
-def check_positive_number(name, value, hint=""):
-    """Return ``value`` as a float if it is a real number > 0 and finite, else ValueError.
-
-    The optimiser's hyperparameters have always raised ValueError (also for a string or None),
-    and the message shows the type so that ``"0.1"`` and ``0.1`` are told apart.
-    """
-    number = real_scalar(value)
-    if number is None or not math.isfinite(number) or number <= 0:
-        raise ValueError(
-            f"{name} must be a positive finite number{hint}, got {value!r} ({type_name(value)})"
-        )
-    return number
-
-
-def check_step(step) -> int:
-    """Return ``step`` as an int if it is an integer >= 1 (NumPy integers too), else raise."""
-    if isinstance(step, bool | np.bool_) or not isinstance(step, numbers.Integral):
-        raise ValueError(
-            "step must be a positive integer (optimiser steps are counted from 1), "
-            f"got {step!r} ({type_name(step)})"
-        )
-    if step < 1:
-        raise ValueError(f"step must be >= 1 (steps are counted from 1), got {step}")
-    return int(step)
-
-
 def check_softmax_input(x, axis, what: str) -> tuple[np.ndarray, int]:
     """``(x, axis)`` checked for ``what`` (a softmax or a log-softmax) along ``axis``.
 
@@ -301,7 +279,7 @@ def check_normalised(rstd: np.ndarray, x: np.ndarray, name: str) -> None:
     row: an overflow of the mean or the variance makes it NaN or 0 (and the output wrong: a row
     of zeros or NaN), so checking these few values is enough.
     """
-    if not (np.isfinite(rstd).all() and (rstd > 0).all()):
+    if rstd.size and not (rstd.min() > 0 and rstd.max() < np.inf):  # False for a NaN, too
         raise ValueError(
             f"{name} is too large to normalise in {rstd.dtype} (the mean or variance of a row "
             f"overflows; largest |{name}| = {float(np.max(np.abs(x))):.3g}); scale it down or "
@@ -318,8 +296,7 @@ def grad_arrays(grads, name="grads", *, in_place=False):
     """
     if not isinstance(grads, Mapping):
         raise TypeError(
-            f"{name} must be a dict name -> ndarray (as model.gradients() returns), "
-            f"got {type_name(grads)}"
+            f"{name} must be a dict name -> ndarray (as model.grads), got {type_name(grads)}"
         )
     arrays = {}
     for key, g in grads.items():
@@ -351,3 +328,54 @@ def as_grad(grad_output, shape, dtype, name: str = "grad_output") -> np.ndarray:
         )
     check_finite(g, name)
     return g.astype(dtype, copy=False)
+
+
+# -- numbers ----------------------------------------------------------------------------------
+
+
+def check_real(value, name: str, expected: str, ok) -> float:
+    """``value`` as a float: TypeError unless a real number, ValueError unless ``ok(value)``.
+
+    ``expected`` completes the message "<name> must be <expected>, got <value> (<type>)"; a
+    string such as ``"0.1"``, a bool or None is not a number. 0-d arrays are numbers.
+    """
+    number = real_scalar(value)
+    message = f"{name} must be {expected}, got {value!r} ({type_name(value)})"
+    if number is None:
+        raise TypeError(message)
+    if not ok(number):  # NaN fails every comparison
+        raise ValueError(message)
+    return number
+
+
+def is_positive(x: float) -> bool:
+    return math.isfinite(x) and x > 0
+
+
+def check_positive(value, name: str, hint: str = "") -> float:
+    """``value`` as a float if it is a finite number > 0; ``hint`` follows "a positive number"."""
+    return check_real(value, name, f"a positive finite number{hint}", is_positive)
+
+
+def check_integer(value, name: str, low: int, expected: str) -> int:
+    """``value`` as an int >= ``low`` (NumPy integers and 0-d integer arrays too, not bool)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    message = f"{name} must be {expected}, got {value!r} ({type_name(value)})"
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
+        raise TypeError(message)
+    if value < low:
+        raise ValueError(message)
+    return int(value)
+
+
+def check_step(step) -> int:
+    """An optimiser step: an integer >= 1."""
+    return check_integer(step, "step", 1, "a positive integer (optimiser steps are counted from 1)")
+
+
+def type_description(value) -> str:
+    """``the function cross_entropy`` for a named callable, else the type name (for messages)."""
+    if callable(value) and hasattr(value, "__name__"):
+        return f"the {type(value).__name__} {value.__name__}"
+    return type(value).__name__

@@ -113,13 +113,16 @@ def check_sequence(x, name, d_model):
     return x
 
 
+def is_kv_cache(x) -> bool:
+    """A KVCache, told by its methods (multi_head.py imports this module)."""
+    return callable(getattr(x, "append", None)) and callable(getattr(x, "stored", None))
+
+
 def check_kv_cache(kv_cache, unbatched):
     """None, or a KVCache for 3-D input."""
-    from ..multi_head import KVCache  # the class is the layer's: imported when first needed
-
     if kv_cache is None:
         return
-    if not isinstance(kv_cache, KVCache):
+    if not is_kv_cache(kv_cache):
         raise TypeError(f"kv_cache must be a KVCache, got {type(kv_cache).__name__}")
     if unbatched:
         raise ValueError("a kv_cache needs 3-D input (B, T, D)")
@@ -356,14 +359,12 @@ def check_transformer_call(model, src, tgt):
 
 def check_model_cache(model, kv_cache, n_layers):
     """None, or one KVCache per block (as ``model.new_cache`` makes); the stored positions."""
-    from ..multi_head import KVCache
-
     if kv_cache is None:
         return 0
     if (
         not isinstance(kv_cache, list | tuple)
         or len(kv_cache) != n_layers
-        or not all(isinstance(c, KVCache) for c in kv_cache)
+        or not all(is_kv_cache(c) for c in kv_cache)
     ):
         raise TypeError(
             f"kv_cache must be a list of {n_layers} KVCache, one per block (model.new_cache("

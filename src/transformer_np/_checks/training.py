@@ -1,212 +1,32 @@
-"""The validators of learning: Adam, the schedule, the loss, clipping, train_step and fit.
+"""The validators of training: train_step and fit.
 
-One validator per public entry point, run once when the user calls it: ``check_<function>``
-receives the function's arguments by name and returns them checked (the :func:`.boundary.checked`
-decorator); the methods of Adam, NoamSchedule and CrossEntropyLoss call theirs on their first
-line. A wrong type is a TypeError, a wrong value a ValueError, and a value that should be finite
-and is not a :class:`.boundary.NotFiniteError`; each message names the argument, says what was
-expected and shows what was received.
+Same policy as :mod:`.optim`: one validator per entry point, run once when the user calls it
+(the :func:`.boundary.checked` decorator), messages that name the argument.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
 import sys
 from collections.abc import Mapping
 
 import numpy as np
 
+from ..losses import CrossEntropyLoss
+from ..optim import Adam
 from .boundary import NotFiniteError
 from .general import (
-    all_finite,
-    as_typed_array,
     check_bool,
-    check_finite,
+    check_integer,
     check_positive_float,
     check_positive_int,
-    first_index,
-    grad_arrays,
+    check_real,
+    is_positive,
     real_scalar,
-    shape_str,
-    type_name,
+    type_description,
 )
 
-# -- the checkers of numbers --------------------------------------------------------------------
-
-
-def check_real(value, name: str, expected: str, ok) -> float:
-    """``value`` as a float: TypeError unless a real number, ValueError unless ``ok(value)``.
-
-    ``expected`` completes the message "<name> must be <expected>, got <value> (<type>)"; a
-    string such as ``"0.1"``, a bool or None is not a number. 0-d arrays are numbers.
-    """
-    number = real_scalar(value)
-    message = f"{name} must be {expected}, got {value!r} ({type_name(value)})"
-    if number is None:
-        raise TypeError(message)
-    if not ok(number):  # NaN fails every comparison
-        raise ValueError(message)
-    return number
-
-
-def is_positive(x: float) -> bool:
-    return math.isfinite(x) and x > 0
-
-
-def check_positive(value, name: str, hint: str = "") -> float:
-    """``value`` as a float if it is a finite number > 0; ``hint`` follows "a positive number"."""
-    return check_real(value, name, f"a positive finite number{hint}", is_positive)
-
-
-def check_integer(value, name: str, low: int, expected: str) -> int:
-    """``value`` as an int >= ``low`` (NumPy integers and 0-d integer arrays too, not bool)."""
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value[()]
-    message = f"{name} must be {expected}, got {value!r} ({type_name(value)})"
-    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
-        raise TypeError(message)
-    if value < low:
-        raise ValueError(message)
-    return int(value)
-
-
-def check_step(step) -> int:
-    """An optimiser step: an integer >= 1."""
-    return check_integer(step, "step", 1, "a positive integer (optimiser steps are counted from 1)")
-
-
-def type_description(value) -> str:
-    """``the function cross_entropy`` for a named callable, else the type name (for messages)."""
-    if callable(value) and hasattr(value, "__name__"):
-        return f"the {type(value).__name__} {value.__name__}"
-    return type(value).__name__
-
-
-# -- Adam ---------------------------------------------------------------------------------------
-
-LR_HINT = " (or a schedule step -> lr)"
-
-
-def check_adam_init(params, lr, betas, eps, weight_decay) -> None:
-    if not isinstance(params, Mapping) or not params:
-        raise TypeError(f"params must be a non-empty dict name -> ndarray, got {type(params)}")
-    for name, p in params.items():
-        if not isinstance(p, np.ndarray) or not np.issubdtype(p.dtype, np.floating):
-            raise TypeError(f"parameter {name!r} must be a floating-point ndarray")
-    if not callable(lr):
-        check_positive(lr, "lr", LR_HINT)
-    check_betas(betas)
-    check_positive(eps, "eps")
-    check_real(
-        weight_decay,
-        "weight_decay",
-        "a finite number >= 0 (0 turns it off)",
-        lambda x: math.isfinite(x) and x >= 0,
-    )
-
-
-def check_betas(betas) -> None:
-    pair = "betas must be a pair (beta1, beta2) of numbers in [0, 1)"
-    if isinstance(betas, str) or not hasattr(betas, "__len__") or not hasattr(betas, "__getitem__"):
-        raise TypeError(f"{pair}, got {betas!r} ({type_name(betas)})")
-    if len(betas) != 2:
-        raise ValueError(f"{pair}, got {betas!r} (of length {len(betas)})")
-    for i, b in enumerate(betas):
-        check_real(b, f"betas[{i}]", "a number in [0, 1)", lambda x: 0.0 <= x < 1.0)
-
-
-def lr_at_step(lr, step: int) -> float:
-    """The learning rate ``lr`` (a number, or a schedule ``step -> lr``) at ``step``, checked."""
-    if callable(lr):
-        return check_positive(lr(step), "lr", f" (returned by the schedule {lr!r} at step {step})")
-    return check_positive(lr, "lr", LR_HINT)
-
-
-def check_current_lr(optimizer, step) -> int:
-    """The step of ``Adam.current_lr``: the given one, or the next (``t + 1``)."""
-    return optimizer.t + 1 if step is None else check_step(step)
-
-
-def check_adam_step(optimizer, grads, lr) -> tuple[np.ndarray, float]:
-    """``(g, lr)``: the gradients as one flat vector in the optimiser's dtype (a new array), and
-    the learning rate of this step.
-
-    Keys, exact shapes, real dtypes and finiteness are all checked here, before the optimiser or
-    any parameter is touched: a NaN or inf is a FloatingPointError that names the gradient.
-    """
-    names = optimizer._names
-    if not isinstance(grads, Mapping):
-        raise TypeError(
-            f"grads must be a dict name -> ndarray with the keys of params, got {type_name(grads)}"
-        )
-    if set(grads) != set(names):
-        missing = sorted(set(names) - set(grads))
-        extra = sorted(set(grads) - set(names))
-        raise ValueError(f"grads must have the keys of params; missing {missing}, extra {extra}")
-    arrays = grad_arrays(grads)
-    for k, p in zip(names, optimizer._arrays, strict=True):
-        if arrays[k].shape != p.shape:
-            raise ValueError(
-                f"grads[{k!r}] must have the shape of params[{k!r}], {shape_str(p.shape)}, "
-                f"got {shape_str(arrays[k].shape)}"
-            )
-    with np.errstate(over="ignore"):  # an overflow is reported just below
-        g = np.concatenate([arrays[k].reshape(-1) for k in names], dtype=optimizer.dtype)
-    if not all_finite(g):
-        first = int(np.flatnonzero(~np.isfinite(g))[0])
-        k = names[int(np.searchsorted(optimizer._offsets, first, side="right")) - 1]
-        try:
-            check_finite(arrays[k], f"grads[{k!r}]")
-            reason = (
-                f"grads[{k!r}] overflows {optimizer.dtype} (values beyond its range); "
-                "expected finite values"
-            )
-        except ValueError as exc:
-            reason = str(exc)
-        raise FloatingPointError(
-            f"{reason}: the step is refused and neither the parameters nor the optimiser state "
-            "were changed"
-        )
-    return g, lr_at_step(optimizer.lr if lr is None else lr, optimizer.t + 1)
-
-
-def check_adam_state(optimizer, state) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(m, v, t)`` of a state for ``Adam.load_state_dict``: new arrays in the optimiser's dtype.
-
-    Everything is checked before anything is copied: on an error the optimiser stays as it was.
-    """
-    if not isinstance(state, Mapping):
-        raise TypeError(
-            "state must be a dict with keys 'm', 'v' and 't' (what state_dict() returns), "
-            f"got {type_name(state)}"
-        )
-    missing = sorted({"m", "v", "t"} - set(state))
-    extra = sorted(set(state) - {"m", "v", "t"}, key=str)
-    if missing or extra:
-        raise ValueError(
-            "state must have exactly the keys ['m', 't', 'v'] of state_dict(); "
-            f"missing {missing}, unexpected {extra}"
-        )
-    n = optimizer.m.size
-    moments = []
-    for key in ("m", "v"):
-        what = f"state[{key!r}]"
-        arr = as_typed_array(state[key], what, "fiu", "an array of real numbers")
-        if arr.shape != (n,):
-            raise ValueError(
-                f"{what} must have shape ({n},) (one value per scalar parameter, "
-                f"{len(optimizer._names)} parameters), got {shape_str(arr.shape)}: the state "
-                "belongs to an optimiser of other parameters"
-            )
-        with np.errstate(over="ignore"):
-            arr = arr.astype(optimizer.dtype)  # a copy: nothing is shared with the caller
-        check_finite(arr, what)
-        moments.append(arr)
-    if (moments[1] < 0).any():
-        raise ValueError("state['v'] must be >= 0 (it is a mean of squared gradients)")
-    t = check_integer(state["t"], "state['t']", 0, "an integer >= 0 (the number of steps taken)")
-    return moments[0], moments[1], t
+# -- the optimiser of a model ------------------------------------------------------------------
 
 
 def check_optimizer(model, optimizer, *, need_current_lr=False) -> None:
@@ -215,7 +35,6 @@ def check_optimizer(model, optimizer, *, need_current_lr=False) -> None:
     An optimiser built on another model, or on copies of the arrays, would train arrays that
     nobody reads.
     """
-    from ..optim import Adam  # (imported here: optim.py imports this module)
 
     methods = ("step", "current_lr") if need_current_lr else ("step",)
     if not all(callable(getattr(optimizer, m, None)) for m in methods):
@@ -248,151 +67,6 @@ def check_optimizer(model, optimizer, *, need_current_lr=False) -> None:
     )
 
 
-# -- the schedule -------------------------------------------------------------------------------
-
-
-def check_noam_schedule(d_model, warmup_steps, factor) -> dict:
-    return {
-        "d_model": check_positive(d_model, "d_model"),
-        "warmup_steps": check_positive(warmup_steps, "warmup_steps"),
-        "factor": check_positive(factor, "factor"),
-    }
-
-
-def check_noam_lr(step, d_model, warmup_steps, factor) -> dict:
-    return {"step": check_step(step), **check_noam_schedule(d_model, warmup_steps, factor)}
-
-
-# -- the loss -----------------------------------------------------------------------------------
-
-
-def check_ignore_index(ignore_index) -> int | None:
-    if ignore_index is None:
-        return None
-    if isinstance(ignore_index, bool | np.bool_) or not isinstance(ignore_index, numbers.Integral):
-        raise TypeError(
-            "ignore_index must be an int (the target id of the rows to skip) or None, "
-            f"got {ignore_index!r} ({type_name(ignore_index)})"
-        )
-    return int(ignore_index)
-
-
-def check_label_smoothing(label_smoothing) -> float:
-    return check_real(
-        label_smoothing, "label_smoothing", "a real number in [0, 1)", lambda x: 0.0 <= x < 1.0
-    )
-
-
-def check_cross_entropy_loss_init(ignore_index, label_smoothing) -> None:
-    check_ignore_index(ignore_index)
-    check_label_smoothing(label_smoothing)
-
-
-def check_cross_entropy(logits, targets, ignore_index, label_smoothing) -> dict:
-    ignore_index = check_ignore_index(ignore_index)
-    label_smoothing = check_label_smoothing(label_smoothing)
-    logits = np.asarray(logits)
-    targets = np.asarray(targets)
-    if not np.issubdtype(logits.dtype, np.floating):
-        raise TypeError(f"logits must be a floating-point array, got dtype {logits.dtype}")
-    if not np.issubdtype(targets.dtype, np.integer):
-        raise TypeError(f"targets must be an integer array of class ids, got dtype {targets.dtype}")
-    if logits.ndim < 1 or logits.shape[:-1] != targets.shape:
-        raise ValueError(
-            "logits must have shape targets.shape + (V,), "
-            f"got logits {logits.shape} and targets {targets.shape}"
-        )
-    V = logits.shape[-1]
-    if V == 0:
-        raise ValueError(
-            f"logits has an empty class axis: shape {shape_str(logits.shape)}; "
-            "expected at least one class score per row (V >= 1)"
-        )
-    valid = np.ones(targets.shape, dtype=bool) if ignore_index is None else targets != ignore_index
-    bad = valid & ((targets < 0) | (targets >= V))
-    if bad.any():
-        raise ValueError(
-            f"targets must be class ids in [0, {V}) (or ignore_index={ignore_index}), "
-            f"got {targets[bad].ravel()[:5].tolist()}"
-        )
-    if not all_finite(logits):
-        check_logit_values(logits, targets, valid, label_smoothing)
-    return {
-        "logits": logits,
-        "targets": targets,
-        "ignore_index": ignore_index,
-        "label_smoothing": label_smoothing,
-    }
-
-
-def check_logit_values(logits, targets, valid, label_smoothing) -> None:
-    """NaN and +inf are NotFiniteError; -inf (a masked class) only where the loss stays finite."""
-    nan, posinf = np.isnan(logits), np.isposinf(logits)
-    if nan.any() or posinf.any():
-        raise NotFiniteError(
-            f"logits contain NaN or inf ({int(nan.sum())} NaN and {int(posinf.sum())} +inf "
-            f"of {logits.size} values, first at index {first_index(nan | posinf)}); expected "
-            "finite values (-inf is allowed: it masks a class)"
-        )
-    neginf = np.isneginf(logits) & valid[..., None]  # -inf on the rows that count
-    if not neginf.any():
-        return
-    # A masked class has probability 0, log-probability -inf: the loss is infinite if the
-    # target distribution puts any mass on it.
-    at_target = np.take_along_axis(logits, np.where(valid, targets, 0)[..., None], axis=-1)
-    hit = valid & np.isneginf(at_target[..., 0])
-    if hit.any():
-        raise NotFiniteError(
-            f"logits are -inf at the target class on {int(hit.sum())} row(s) (first at row "
-            f"index {first_index(hit)}): a masked class cannot be the target, the loss would "
-            "be infinite; mask only classes that are never the target, or set those targets "
-            "to ignore_index"
-        )
-    if label_smoothing:
-        raise NotFiniteError(
-            f"label_smoothing = {label_smoothing} puts probability label_smoothing / V on every "
-            f"class, but logits has -inf (masked classes) on {int(neginf.sum())} value(s) of "
-            f"rows that count (first at index {first_index(neginf)}): the loss would be "
-            "infinite; use label_smoothing=0 with masked logits"
-        )
-
-
-def check_loss_is_finite(loss: float, logits: np.ndarray) -> float:
-    """The loss computed by cross_entropy, else NotFiniteError (finite logits too far apart)."""
-    if not math.isfinite(loss):
-        raise NotFiniteError(
-            f"the loss is {loss}: the logits range from {float(logits.min()):.3g} to "
-            f"{float(logits.max()):.3g}, too far apart for {logits.dtype} (their difference "
-            "overflows); scale them down or use float64"
-        )
-    return loss
-
-
-def check_loss_backward(loss, grad_output) -> float:
-    """``grad_output`` of ``CrossEntropyLoss.backward``, after a forward pass."""
-    g = check_real(
-        grad_output,
-        "grad_output",
-        "a finite real number (the gradient with respect to the scalar loss)",
-        math.isfinite,
-    )
-    if loss._grad is None:
-        raise RuntimeError("CrossEntropyLoss.backward called before forward")
-    return g
-
-
-# -- clipping -----------------------------------------------------------------------------------
-
-
-def check_global_norm(grads) -> dict:
-    return {"grads": grad_arrays(grads)}
-
-
-def check_clip_grad_norm(grads, max_norm) -> dict:
-    max_norm = check_positive(max_norm, "max_norm")
-    return {"grads": grad_arrays(grads, in_place=True), "max_norm": max_norm}
-
-
 # -- train_step and fit -------------------------------------------------------------------------
 
 
@@ -407,7 +81,6 @@ def check_model(model) -> None:
 
 def check_loss_fn(loss_fn):
     """``loss_fn`` itself, or the default cross-entropy for None."""
-    from ..losses import CrossEntropyLoss  # (imported here: losses.py imports this module)
 
     if loss_fn is None:
         return CrossEntropyLoss()

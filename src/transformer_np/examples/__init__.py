@@ -86,6 +86,8 @@ def parse_training_arguments(parser, argv):
     argparse.Namespace
     """
     args = parser.parse_args(argv)
+    if args.overwrite and args.save is None:
+        parser.error("--overwrite lets --save replace an existing file: it needs --save FILE")
     if args.save is not None:
         try:
             args.save = checkpoint_path(

@@ -132,7 +132,9 @@ def make_parser():
     parser.add_argument(
         "--max-new-tokens", type=positive_int, default=256, help=f"below {CONTEXT} (default 256)"
     )
-    parser.add_argument("--seed", type=non_negative_int, help="seed of the sampling")
+    parser.add_argument(
+        "--seed", type=non_negative_int, help="seed of the sampling (needs --temperature)"
+    )
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     return parser
 
@@ -148,6 +150,11 @@ def check_options(parser, args):
         parser.error(
             "--top-k samples among the k best tokens: it needs --temperature > 0 (at the "
             "default 0 every answer is greedy, the best token each time)"
+        )
+    if args.seed is not None and args.temperature == 0:
+        parser.error(
+            "--seed seeds the sampling: it needs --temperature > 0 (at the default 0 every "
+            "answer is greedy and the seed changes nothing)"
         )
     if args.top_k is not None and args.top_k > VOCAB_SIZE:
         parser.error(f"--top-k must be at most the {VOCAB_SIZE} tokens known, got {args.top_k}")
