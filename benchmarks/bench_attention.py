@@ -555,7 +555,7 @@ def drive(args) -> dict:
 
 # Short, so that the 7 columns fit the page; the caption says what `sdpa` stands for.
 NAMES = {
-    "naive": "NumPy naive",
+    "naive": {"en": "naive NumPy", "it": "NumPy ingenua"},
     "sdpa": "`sdpa`",
     "sdpa_nw": {"en": "`sdpa`, output only", "it": "`sdpa`, solo output"},
     "blockwise": "`blockwise_attention`",
@@ -612,7 +612,7 @@ TABLE_TEXT = {
         "veloce). "
         "% del "
         "picco: di un prodotto di matrici float32 {pn}×{pn} cronometrato negli stessi giri "
-        "({peak:.1f} GFLOP/s, mediana sulle taglie). Macchina: {cpu}, {cores} core, "
+        "({peak:.1f} GFLOP/s, mediana sulle dimensioni n). Macchina: {cpu}, {cores} core, "
         "{mem} GB di RAM; NumPy {numpy} ({blas}), PyTorch {torch}; {date}; carico medio "
         "{l0:.2f} all'inizio, {l1:.2f} alla fine.",
         "extrapolated": "\\* non misurato a questo n (i punteggi n × n richiederebbero "

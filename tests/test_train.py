@@ -182,12 +182,13 @@ def test_reverse_demo_learns_in_miniature():
         steps=150,
         eval_every=50,
         warmup=50,
-        n_heldout=100,
+        n_val=50,
+        n_test=100,
         target=2.0,
         progress=False,
     )
     assert history["loss"][-1] < 0.5 * history["loss"][0]
-    assert history["heldout_accuracy"] > 0.3
+    assert history["test_accuracy"] > 0.3
 
 
 def test_charlm_demo_improves_in_miniature():

@@ -40,8 +40,22 @@ class NestedParams(MutableMapping):
         self.children = dict(children)
         self.attr = attr
         self.owner = owner if owner is not None else Module  # whose join_key / split_key
+        self._flat = None  # {dotted name: (leaf, key)}, when the owner is a layer
+
+    def flat(self) -> dict | None:
+        """``{dotted name: (leaf layer, key)}`` of the owner's parameters, built once (a model's
+        structure is fixed once built): a read is one dict lookup, not one per level."""
+        if self._flat is None and isinstance(self.owner, Module):
+            self._flat = {name: (leaf, k) for name, leaf, k in self.owner.leaves()}
+        return self._flat
 
     def _split(self, key: str):
+        flat = self.flat()
+        if flat is not None:
+            if key not in flat:
+                raise KeyError(key)
+            leaf, rest = flat[key]
+            return getattr(leaf, self.attr), rest
         name, rest = self.owner.split_key(key)
         if name not in self.children or not rest:
             raise KeyError(key)
@@ -63,12 +77,16 @@ class NestedParams(MutableMapping):
         raise TypeError("parameters cannot be deleted")
 
     def __iter__(self) -> Iterator[str]:
+        flat = self.flat()
+        if flat is not None:
+            yield from (name for name, (leaf, k) in flat.items() if k in getattr(leaf, self.attr))
+            return
         for name, child in self.children.items():
             for k in getattr(child, self.attr):
                 yield self.owner.join_key(name, k)
 
     def __len__(self) -> int:
-        return sum(len(getattr(c, self.attr)) for c in self.children.values())
+        return sum(1 for _ in self)
 
     def __repr__(self):
         items = ", ".join(f"{k}: {shape_str(v.shape)}" for k, v in self.items())

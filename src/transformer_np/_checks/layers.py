@@ -160,7 +160,28 @@ def check_tied_output_call(layer, h):
 
 
 # the arguments and the input of LayerNorm's
-check_rms_norm_init, check_rms_norm_call = check_layer_norm_init, check_layer_norm_call
+check_rms_norm_init = check_layer_norm_init
+
+
+def check_rms_norm_call(layer, x):
+    """LayerNorm's check, and no row whose mean square overflows the compute dtype.
+
+    Such a row would come out as zeros (1 / sqrt(inf) = 0). The rows are summed again only
+    when the largest |x| makes an overflow possible.
+    """
+    prepared = check_layer_norm_call(layer, x)
+    xc = prepared.args[0]
+    if xc.size:
+        big, top = float(np.max(np.abs(xc))), float(np.finfo(xc.dtype).max)
+        if big * big * xc.shape[-1] >= top:
+            with np.errstate(over="ignore"):
+                squares = xc.astype(np.float64) ** 2
+            if squares.max() > top or squares.sum(axis=-1).max() > top:
+                raise ValueError(
+                    f"x is too large to normalise in {xc.dtype} (the mean square of a row "
+                    f"overflows; largest |x| = {big:.3g}); scale it down or use float64"
+                )
+    return prepared
 
 
 # -- SwiGLU -------------------------------------------------------------------------------------
