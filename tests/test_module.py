@@ -67,3 +67,24 @@ def test_backward_before_forward_names_the_model_or_block():
         EncoderBlock(8, 2, 16, rng=0).backward(np.ones((1, 3, 8)))
     with pytest.raises(RuntimeError, match="DecoderBlock.backward was called before a forward"):
         DecoderBlock(8, 2, 16, rng=0).backward(np.ones((1, 3, 8)))
+
+
+def test_checked_gives_the_validator_every_argument_by_name_however_called():
+    from transformer_np._checks.boundary import checked
+
+    seen = []
+
+    def check(a, b, c):
+        seen.append((a, b, c))
+        return {"a": a, "b": b, "c": c}
+
+    @checked(check)
+    def f(a, b=2, c=None):
+        return a, b, c
+
+    calls = [f(1), f(1, 2), f(1, 2, None), f(1, c=None), f(a=1), f(1, b=2, c=None)]
+    assert calls == [(1, 2, None)] * 6 and seen == [(1, 2, None)] * 6
+    with pytest.raises(TypeError, match="missing a required argument: 'a'"):
+        f()
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        f(1, 2, 3, 4)

@@ -135,13 +135,19 @@ def checked(validator):
 
     def decorate(function):
         signature = inspect.signature(function)
-        names = list(signature.parameters)
-        plain = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in signature.parameters.values())
+        parameters = list(signature.parameters.values())
+        names = [p.name for p in parameters]
+        plain = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in parameters)
+        # the shortest run of leading arguments after which every parameter has a default
+        least = max((i + 1 for i, p in enumerate(parameters) if p.default is p.empty), default=0)
+        defaults = {p.name: p.default for p in parameters[least:]}
 
         @functools.wraps(function)
         def public(*args, **kwargs):
-            if plain and not kwargs and len(args) == len(names):  # every argument, in order
-                return function(**validator(**dict(zip(names, args, strict=True))))
+            if plain and not kwargs and least <= len(args) <= len(names):  # leading arguments
+                arguments = dict(defaults)
+                arguments.update(zip(names, args, strict=False))
+                return function(**validator(**arguments))
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
             return function(**validator(**bound.arguments))
