@@ -2,15 +2,19 @@
 
 Reads the JSON files that the benchmark scripts write (``src/transformer_np/data/*.json``, the
 schema of ``report.py``; the older files of MiniLM, SmolLM2, decoding and attention are read
-too) and writes, for each language, one Markdown fragment with a section per workload: its
+too) and writes, for each language, one Markdown fragment with a heading per workload and,
+under it, a snippet section named after the file (``train_step_lm``, ``minilm_1thread``...): its
 table (ours, the reference, the NumPy ceiling, "x reference" = reference time / our time and
-ours / ceiling time), the machine, the threads, the load, the date and the command that made
-it, and an SVG plot (plain SVG, inline) where the workload is a sweep over sizes. The pages
-``docs/<lang>/benchmarks.md`` include the fragments::
+ours / ceiling time), the rounds, the machine, the threads, the load, the date, the checks and
+the command that made it, and an SVG plot (plain SVG, inline) where the workload is a sweep over
+sizes. Attention has a second section, ``attention_versions``: every version that its benchmark
+times, with GFLOP/s and peak extra memory. The pages ``docs/<lang>/benchmarks.md`` include the
+sections one by one, with their own text around each::
 
-    --8<-- "benchmarks/results/benchmarks.it.md"
+    --8<-- "benchmarks/results/benchmarks.it.md:train_step_lm"
 
-``make bench`` runs every benchmark, then this script. Run from the repository root::
+Nothing is measured here: ``make bench`` runs every benchmark, then this script, which only
+reads the saved files. Run from the repository root::
 
     .venv/bin/python benchmarks/write_results_page.py
     .venv/bin/python benchmarks/write_results_page.py --data /tmp/quick --out /tmp/page
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -44,11 +49,11 @@ FILES = (
 TITLES = {
     "attention": ("Attention (solo l'output)", "Attention (output only)"),
     "train_step_lm": (
-        "Un passo di addestramento, modello linguistico",
+        "Un passo di addestramento, modello di linguaggio",
         "One training step, language model",
     ),
     "train_step_lm_1thread": (
-        "Un passo di addestramento, modello linguistico, un thread",
+        "Un passo di addestramento, modello di linguaggio, un thread",
         "One training step, language model, one thread",
     ),
     "train_step_seq2seq": ("Un passo di addestramento, seq2seq", "One training step, seq2seq"),
@@ -69,19 +74,22 @@ TEXT = {
     "it": {
         "header": ["carico di lavoro", "nostro ({u})", "{ref} ({u})", "tetto NumPy ({u})"],
         "ratios": ["× {ref}", "nostro / tetto"],
-        "caption": "Mediane di {rounds} giri alternati (ogni lato nel suo processo). "
-        "× {ref} = tempo di {ref} / il nostro (sopra 1 = il nostro è più veloce); "
-        "nostro / tetto = il nostro tempo / quello del minimo lavoro NumPy (1 = niente di più).",
-        "machine": "Macchina: {cpu}, {cores} core; {versions}; thread per lato: {threads}; "
-        "carico medio (1 min) {l0} prima, {l1} dopo; {date}.",
-        "checks": "Controlli: {checks}.",
+        "rounds": "Mediane di {rounds} giri alternati, ogni implementazione nel suo processo.",
+        "machine": "Macchina: {cpu}, {cores} core; {versions}.",
+        "threads": "Thread: {threads}.",
+        "load": "Carico medio (1 min): {l0} prima, {l1} dopo; {date}.",
+        "memory": "Memoria di picco del processo (`ru_maxrss`, MiB): {memory}.",
+        "passed": "Verificato: {checks}.",
+        "failed": "Non verificato: {checks}.",
+        "and": "e",
         "nocache": "Senza cache (`use_cache=False`), {label}: {t} ms; la cache è {x:.1f} volte "
         "più veloce.",
-        "legacy": "Risultati nel formato precedente, senza il tetto NumPy (non misurato): mediane "
-        "di {rounds} chiamate per lato. "
-        "× {ref} = tempo di {ref} / il nostro (sopra 1 = il nostro è più veloce).",
+        "legacy": "Risultati nel formato precedente, senza il tetto NumPy (non misurato).",
         "command": "Comando:",
-        "plot": "Tempo (ms, scala logaritmica) in funzione della taglia",
+        "plot": {
+            "attention": "Tempo (ms, scala logaritmica) in funzione di n",
+            "decoding": "Tempo (ms, scala logaritmica) in funzione dei token generati",
+        },
         "sides": {"ours": "nostro", "reference": "{ref}", "ceiling": "tetto NumPy"},
         "labels": {
             "lm": "un passo (forward, backward, Adam)",
@@ -93,24 +101,37 @@ TEXT = {
             "decode_step": "un passo di decodifica (1 token)",
             "generate": "generare {n} token",
         },
+        # what each check of the saved results verified ({n}: the size it belongs to)
+        "checks": {
+            "same_parameter_count": "stesso numero di parametri",
+            "max_abs_diff_embeddings": "differenza massima tra gli embedding {v}",
+            "max_abs_diff": "differenza massima tra gli embedding {v}",
+            "same_tokens": "stessi id dei token",
+            "identical_tokens": "stessi token con e senza cache ({n} token)",
+            "same_tokens_as_torch": "stessi token di PyTorch ({n} token)",
+            "same_prompt_ids": "stessi id del prompt",
+            "same_new_tokens": "stessi token generati",
+        },
     },
     "en": {
         "header": ["workload", "ours ({u})", "{ref} ({u})", "NumPy ceiling ({u})"],
         "ratios": ["× {ref}", "ours / ceiling"],
-        "caption": "Medians of {rounds} interleaved rounds (each side in its own process). "
-        "× {ref} = {ref} time / ours (above 1 = ours is faster); "
-        "ours / ceiling = our time / that of the least NumPy work (1 = nothing more).",
-        "machine": "Machine: {cpu}, {cores} cores; {versions}; threads per side: {threads}; "
-        "load average (1 min) {l0} before, {l1} after; {date}.",
-        "checks": "Checks: {checks}.",
+        "rounds": "Medians of {rounds} interleaved rounds, each implementation in its own process.",
+        "machine": "Machine: {cpu}, {cores} cores; {versions}.",
+        "threads": "Threads: {threads}.",
+        "load": "Load average (1 min): {l0} before, {l1} after; {date}.",
+        "memory": "Peak memory of the process (`ru_maxrss`, MiB): {memory}.",
+        "passed": "Checked: {checks}.",
+        "failed": "Not verified: {checks}.",
+        "and": "and",
         "nocache": "Without the cache (`use_cache=False`), {label}: {t} ms; the cache is {x:.1f} "
         "times faster.",
-        "legacy": "Results in the earlier format, without the NumPy ceiling (not measured): "
-        "medians "
-        "of {rounds} calls per side. "
-        "× {ref} = {ref} time / ours (above 1 = ours is faster).",
+        "legacy": "Results in the earlier format, without the NumPy ceiling (not measured).",
         "command": "Command:",
-        "plot": "Time (ms, log scale) against the size",
+        "plot": {
+            "attention": "Time (ms, log scale) against n",
+            "decoding": "Time (ms, log scale) against the tokens generated",
+        },
         "sides": {"ours": "ours", "reference": "{ref}", "ceiling": "NumPy ceiling"},
         "labels": {
             "lm": "one step (forward, backward, Adam)",
@@ -122,9 +143,76 @@ TEXT = {
             "decode_step": "one decoding step (1 token)",
             "generate": "generate {n} tokens",
         },
+        "checks": {
+            "same_parameter_count": "same number of parameters",
+            "max_abs_diff_embeddings": "largest difference between the embeddings {v}",
+            "max_abs_diff": "largest difference between the embeddings {v}",
+            "same_tokens": "same token ids",
+            "identical_tokens": "same tokens with and without the cache ({n} tokens)",
+            "same_tokens_as_torch": "same tokens as PyTorch ({n} tokens)",
+            "same_prompt_ids": "same prompt ids",
+            "same_new_tokens": "same generated tokens",
+        },
     },
 }
 COLOURS = {"ours": "#3f51b5", "reference": "#e65100", "ceiling": "#2e7d32"}
+
+# The versions of attention that bench_attention.py times, in its order, as the page names them.
+VERSION_NAMES = {
+    "naive": {"it": "NumPy ingenua", "en": "naive NumPy"},
+    "sdpa": "`sdpa`",
+    "sdpa_nw": {"it": "`sdpa`, solo output", "en": "`sdpa`, output only"},
+    "blockwise": "`blockwise_attention`",
+    "products": {"it": "solo i due prodotti †", "en": "two products only †"},
+    "products_exp": {"it": "due prodotti + `np.exp` †", "en": "two products + `np.exp` †"},
+    "torch": "PyTorch SDPA",
+}
+VERSION_TEXT = {
+    "it": {
+        "header": [
+            "implementazione",
+            "n",
+            "tempo (ms)",
+            "GFLOP/s",
+            "% del picco",
+            "× PyTorch",
+            "memoria extra di picco (MiB)",
+        ],
+        "caption": "`sdpa` = `scaled_dot_product_attention`; † non è attention, solo i suoi due "
+        "prodotti di matrici (e `np.exp` di ogni punteggio), con i gruppi di righe e i thread di "
+        "`sdpa`. float32, batch 1, {heads} teste, d_head {d}. Tempo: mediana delle chiamate "
+        "cronometrate; GFLOP/s: le $4n^2d$ operazioni dei due prodotti, per testa, divise per il "
+        "tempo; % del picco: di un prodotto di matrici float32 {pn}×{pn} cronometrato negli "
+        "stessi giri ({peak:.1f} GFLOP/s, mediana sulle dimensioni); memoria extra: il picco "
+        "della memoria residente del processo durante la chiamata, meno quella di prima. "
+        "Macchina: {cpu}, {cores} core, {mem} GB di RAM; NumPy {numpy} ({blas}), PyTorch "
+        "{torch}; {date}.",
+        "extrapolated": "\\* non misurato a questo n (i punteggi n × n richiederebbero "
+        "{need:.1f} GB): tempo e memoria estrapolati da n = {base}, moltiplicati per "
+        "(n / {base})².",
+    },
+    "en": {
+        "header": [
+            "implementation",
+            "n",
+            "time (ms)",
+            "GFLOP/s",
+            "% of peak",
+            "× PyTorch",
+            "peak extra memory (MiB)",
+        ],
+        "caption": "`sdpa` = `scaled_dot_product_attention`; † not attention, only its two "
+        "matrix products (and `np.exp` of every score), in the chunks of rows and threads of "
+        "`sdpa`. float32, batch 1, {heads} heads, d_head {d}. Time: median of the timed calls; "
+        "GFLOP/s: the $4n^2d$ operations of the two products, per head, divided by the time; "
+        "% of peak: of a float32 {pn}×{pn} matrix product timed in the same rounds "
+        "({peak:.1f} GFLOP/s, median over the sizes); extra memory: the peak resident memory "
+        "of the process during the call, minus that before it. Machine: {cpu}, {cores} cores, "
+        "{mem} GB of RAM; NumPy {numpy} ({blas}), PyTorch {torch}; {date}.",
+        "extrapolated": "\\* not measured at this n (the n × n scores would need {need:.1f} "
+        "GB): time and memory extrapolated from n = {base}, multiplied by (n / {base})².",
+    },
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,7 +299,7 @@ def load(data: Path) -> list[dict]:
                 res = {**res, **summary(res), "schema": "legacy"}
             else:
                 res = _legacy(name, res)
-        out.append(res)
+        out.append({**res, "section": name})  # the snippet section of the fragments
     return out
 
 
@@ -239,7 +327,75 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}" if x < 10 else f"{x:.1f}" if x < 1000 else f"{x:.0f}"
 
 
+def threads(value) -> dict[str, int]:
+    """The threads a benchmark recorded for one side, by pool: ``{"BLAS": 1, "package": 2}``.
+
+    The scripts write them as text ("BLAS one, transformer_np 2", "BLAS and transformer_np 2",
+    "transformer_np 2, BLAS 1 per product", "torch 2") or as one number for every pool.
+    """
+    if isinstance(value, int):
+        return {"all": value}
+    pools = {}
+    for part in re.split(r",\s*", str(value)):
+        m = re.fullmatch(r"(.+?) (one|\d+)(?: per product)?", part.strip())
+        if not m:
+            return {"text": value}
+        n = 1 if m[2] == "one" else int(m[2])
+        for name in m[1].split(" and "):
+            pools[{"transformer_np": "package"}.get(name.strip(), name.strip())] = n
+    return pools
+
+
+def threads_text(value) -> str:
+    """One side's threads for the page: "2", or "2 (BLAS 1)" when BLAS runs fewer per product."""
+    pools = threads(value)
+    if "text" in pools:
+        return str(pools["text"])
+    main = pools.get("package") or pools.get("torch") or pools.get("all") or pools.get("BLAS")
+    blas = pools.get("BLAS")
+    return f"{main} (BLAS {blas})" if blas and blas != main else str(main)
+
+
+def _rounds(res: dict) -> str:
+    """The rounds behind the medians: one number, or a range when the sizes differ."""
+    counts = {len(e["ours"]["times_s"]) for e in res["sizes"] if e.get("ours", {}).get("times_s")}
+    if len(counts) > 1:
+        return f"{min(counts)}–{max(counts)}"
+    return str(res["rounds"])
+
+
+def checks_text(checks: dict, lang: str) -> list[str]:
+    """The checks of a result in ``lang``: what was verified, what was not (and the numbers).
+
+    A check saved once per size (``identical_tokens_200``, ``identical_tokens_500``) is said
+    once, with its sizes; a number (a largest difference) is shown, not judged.
+    """
+    text = TEXT[lang]
+    names, both = text["checks"], text["and"]
+    said: dict[tuple[str, bool], list[str]] = {}  # (base, passed) -> sizes, in order
+    values = {}
+    for key, value in checks.items():
+        m = re.fullmatch(r"(.+?)_(\d+)", key)
+        base, n = (m[1], m[2]) if m and m[1] in names else (key, "")
+        if isinstance(value, float):
+            values[base] = f"{value:.1e}"
+            value = True
+        said.setdefault((base, bool(value)), []).append(n)
+    lines = []
+    for passed, template in ((True, "passed"), (False, "failed")):
+        parts = []
+        for (base, ok), sizes in said.items():
+            if ok is passed:
+                n = f" {both} ".join(s for s in sizes if s)
+                name = names.get(base, f"{base} {{v}}" if base in values else base)
+                parts.append(name.format(v=values.get(base, ""), n=n))
+        if parts:
+            lines.append(text[template].format(checks="; ".join(parts)))
+    return lines
+
+
 def markdown(res: dict, lang: str) -> str:
+    """The table of one result, and under it how, where and when it was measured."""
     text, unit, ref = TEXT[lang], res["unit"], res["reference"]
     k = 1e3 if unit == "ms" else 1.0
     head = [h.format(u=unit, ref=ref) for h in text["header"] + text["ratios"]]
@@ -249,46 +405,82 @@ def markdown(res: dict, lang: str) -> str:
         x = f"{e['x_reference']:.2f}" if e.get("x_reference") else "–"
         c = f"{e['ours_over_ceiling']:.2f}" if e.get("ours_over_ceiling") else "–"
         lines.append(f"| {label(res, e, lang)} | " + " | ".join([*cells, x, c]) + " |")
-    m, load_ = res["machine"], res["load"]
+    m, load_, sides = res["machine"], res["load"], text["sides"]
     versions = ", ".join(f"{v} {m[v]}" for v in VERSIONS if m.get(v))
-    threads = m.get("threads", {})
-    threads = ", ".join(
-        f"{text['sides'].get(s, s).format(ref=ref)} {t}" for s, t in threads.items()
+    pools = ", ".join(
+        f"{sides.get(s, s).format(ref=ref)} {threads_text(t)}"
+        for s, t in m.get("threads", {}).items()
     )
-    checks = ", ".join(f"{k} = {_check(v)}" for k, v in res.get("checks", {}).items())
     legacy = res.get("schema") == "legacy" and not any(e.get("ceiling") for e in res["sizes"])
-    caption = text["legacy" if legacy else "caption"]
-    lines += [
-        "",
-        caption.format(rounds=res["rounds"], ref=ref),
-        text["machine"].format(
-            cpu=m.get("cpu", "?"),
-            cores=m.get("cores", "?"),
-            versions=versions,
-            threads=threads or "–",
-            l0=load_["before"][0],
-            l1=load_["after"][0],
-            date=res["date"],
-        ),
-    ]
-    if checks:
-        lines += [text["checks"].format(checks=checks)]
+    # one paragraph: how and where it was measured
+    lines += ["", text["legacy"] if legacy else text["rounds"].format(rounds=_rounds(res))]
+    cores = m.get("cores", "?")
+    lines.append(text["machine"].format(cpu=m.get("cpu", "?"), cores=cores, versions=versions))
+    if pools:
+        lines.append(text["threads"].format(threads=pools))
+    l0, l1 = load_["before"][0], load_["after"][0]
+    lines.append(text["load"].format(l0=l0, l1=l1, date=res["date"]))
+    if res.get("peak_rss_mb"):
+        memory = ", ".join(
+            f"{sides.get(s, s).format(ref=ref)} {mib:.1f}" for s, mib in res["peak_rss_mb"].items()
+        )
+        lines.append(text["memory"].format(memory=memory))
+    # another: what was checked, and the cache's speed-up
+    more = checks_text(res.get("checks", {}), lang)
     for e in res["sizes"]:
         if e.get("without_cache"):
             t = _fmt(e["without_cache"]["median_s"] * k)
             x = e["cache_speedup"]
-            lines += [text["nocache"].format(label=label(res, e, lang), t=t, x=x)]
+            more.append(text["nocache"].format(label=label(res, e, lang), t=t, x=x))
+    if more:
+        lines += ["", *more]
     lines += ["", text["command"], "", "```bash", res["command"], "```"]
     return "\n".join(lines) + "\n"
 
 
-def _check(v) -> str:
-    return f"{v:.1e}" if isinstance(v, float) else str(v)
+def versions_table(res: dict, lang: str) -> str:
+    """Every version of attention that bench_attention.py times, one row per version and n."""
+    from bench_attention import D_HEAD, HEADS, estimated_need
+
+    text, m, mp = VERSION_TEXT[lang], res["machine"], res["matmul_peak"]
+    lines = ["| " + " | ".join(text["header"]) + " |", "|---|--:|--:|--:|--:|--:|--:|"]
+    for r in res["rows"]:
+        name = VERSION_NAMES[r["impl"]]
+        name = name[lang] if isinstance(name, dict) else name
+        star = "" if r["measured"] else " \\*"
+        vs = f"{r['vs_torch']:.2f}" if r.get("vs_torch") is not None else "–"
+        lines.append(
+            f"| {name}{star} | {r['n']} | {r['median_s'] * 1e3:.1f} | {r['gflops']:.1f} | "
+            f"{r['pct_peak']:.0f} | {vs} | {r['peak_extra_bytes'] / 2**20:.1f} |"
+        )
+    lines += [
+        "",
+        text["caption"].format(
+            heads=HEADS,
+            d=D_HEAD,
+            peak=mp["gflops"],
+            pn=mp["n"],
+            cpu=m["cpu"],
+            cores=m["cores_available"],
+            mem=m["memory_gb"],
+            numpy=m["numpy"],
+            blas=m["blas"],
+            torch=m["torch"],
+            date=m["date"],
+        ),
+    ]
+    for r in res["rows"]:
+        if not r["measured"]:
+            need = estimated_need(r["impl"], r["n"]) / 1e9
+            lines += ["", text["extrapolated"].format(need=need, base=r["extrapolated_from"])]
+            break
+    return "\n".join(lines) + "\n"
 
 
 def svg_plot(res: dict, lang: str, width: int = 560, height: int = 300) -> str:
     """Time against size, one line per side, log-log: plain SVG, no script, no fonts fetched."""
     text, ref = TEXT[lang], res["reference"]
+    title = text["plot"].get(res["benchmark"], text["plot"]["attention"])
     sizes = [e for e in res["sizes"] if e.get("ours")]
     xs = [float(e["size"]) for e in sizes]
     ys = [e[s]["median_s"] * 1e3 for e in sizes for s in SIDES if e.get(s)]
@@ -308,7 +500,7 @@ def svg_plot(res: dict, lang: str, width: int = 560, height: int = 300) -> str:
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
         f'width="{width}" height="{height}" role="img" font-family="sans-serif" font-size="12">',
-        f"<title>{text['plot']}</title>",
+        f"<title>{title}</title>",
         f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>',
     ]
     for p in range(ly0, ly1 + 1):
@@ -338,21 +530,34 @@ def svg_plot(res: dict, lang: str, width: int = 560, height: int = 300) -> str:
             f'stroke="{COLOURS[s]}" stroke-width="2"/>'
         )
         out.append(f'<text x="{left + pw + 36}" y="{y}">{name}</text>')
-    out.append(f'<text x="{left}" y="{top - 10}">{text["plot"]}</text>')
+    out.append(f'<text x="{left}" y="{top - 10}">{title}</text>')
     out.append("</svg>")
     return "\n".join(out)
 
 
+def _has_plot(res: dict) -> bool:
+    swept = len([e for e in res["sizes"] if e.get("ours")]) > 1
+    return swept and res["benchmark"] in ("attention", "decoding")
+
+
+def section(name: str, body: str) -> list[str]:
+    """``body`` between the markers of a snippet section (pymdownx.snippets drops the markers)."""
+    return [f"<!-- --8<-- [start:{name}] -->", body.rstrip("\n"), f"<!-- --8<-- [end:{name}] -->"]
+
+
 def page(results: list[dict], lang: str) -> str:
+    """The fragment of one language: per result a heading and its section (and the plot)."""
     parts = []
     for res in results:
         title = TITLES[res["benchmark"]][0 if lang == "it" else 1]
-        parts += [f"## {title}", "", markdown(res, lang)]
-        if len([e for e in res["sizes"] if e.get("ours")]) > 1 and res["benchmark"] in (
-            "attention",
-            "decoding",
-        ):
-            parts += ['<div class="benchmark-plot">', svg_plot(res, lang), "</div>", ""]
+        body = markdown(res, lang)
+        if _has_plot(res):
+            body += "\n" + "\n".join(
+                ['<div class="benchmark-plot">', svg_plot(res, lang), "</div>"]
+            )
+        parts += [f"## {title}", "", *section(res["section"], body), ""]
+        if res["benchmark"] == "attention" and res.get("rows"):
+            parts += [*section("attention_versions", versions_table(res, lang)), ""]
     return "\n".join(parts)
 
 

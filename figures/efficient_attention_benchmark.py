@@ -2,8 +2,9 @@
 
 The numbers are not computed here (timing at every build would be slow and noisy): they are
 the committed output of ``benchmarks/bench_attention.py``,
-``src/transformer_np/data/attention.json`` (package data: the page's own block reads it too),
-which anyone can regenerate on their own machine. The benchmark script calls this same
+``src/transformer_np/data/attention.json`` (package data: the results page's own block reads it
+too), which anyone can regenerate on their own machine. The results page
+(``docs/<lang>/benchmarks.md``) shows it. The benchmark script calls this same
 ``figure`` to write its own SVG.
 """
 
@@ -26,6 +27,7 @@ TEXT = {
         "extrapolated": "estrapolato",
         "title_speed": "Velocità",
         "title_memory": "Memoria",
+        "naive": "NumPy ingenua",
         "products": "solo i due prodotti (non è attention)",
         "products_exp": "i due prodotti e np.exp (non è attention)",
     },
@@ -37,17 +39,18 @@ TEXT = {
         "extrapolated": "extrapolated",
         "title_speed": "Speed",
         "title_memory": "Memory",
+        "naive": "naive NumPy",
         "products": "only the two products (not attention)",
         "products_exp": "the two products and np.exp (not attention)",
     },
 }
 
 LABELS = {
-    "naive": "NumPy naive",
+    "naive": None,  # from TEXT, in the page's language
     "sdpa": "scaled_dot_product_attention",
     "sdpa_nw": "scaled_dot_product_attention(need_weights=False)",
     "blockwise": "blockwise_attention",
-    "products": None,  # from TEXT, in the page's language
+    "products": None,
     "products_exp": None,
     "torch": "PyTorch SDPA",
 }

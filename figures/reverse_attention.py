@@ -1,7 +1,7 @@
 """Cross-attention of the trained reversal model on one sequence: the anti-diagonal.
 
-Teacher-forced pass on the source 3 1 4 1 5 9 2 6 5 3 and its reversal; one heatmap per
-decoder layer (the weights averaged over the 4 heads). Row t (the t-th output digit) looks at
+Teacher-forced forward on the source 3 1 4 1 5 9 2 6 5 3 and its reversal; one heatmap per
+decoder block (the weights averaged over the 4 heads). Row t (the t-th output digit) looks at
 source position 9 - t: the anti-diagonal.
 """
 
@@ -17,12 +17,12 @@ TEXT = {
     "it": {
         "src": "sorgente (token letti dall'encoder)",
         "out": "uscita (token predetti)",
-        "layer": "decoder, layer {} (media delle 4 teste)",
+        "layer": "decoder, blocco {} (media delle 4 teste)",
     },
     "en": {
         "src": "source (tokens read by the encoder)",
         "out": "output (predicted tokens)",
-        "layer": "decoder, layer {} (mean of the 4 heads)",
+        "layer": "decoder, block {} (mean of the 4 heads)",
     },
 }
 
@@ -34,7 +34,7 @@ def figure(lang: str) -> Figure:
     model(src, tgt_in)
     src_labels = [str(d) for d in DIGITS]
     out_labels = [str(d) for d in DIGITS[::-1]] + ["EOS"]
-    layers = model.attention_weights  # per layer (B, H, T, S)
+    layers = model.attention_weights  # per decoder block (B, H, T, S)
     fig = Figure(figsize=(10, 4.4), layout="constrained")
     axes = fig.subplots(1, len(layers))
     for i, (ax, w) in enumerate(zip(axes, layers, strict=True)):

@@ -1,4 +1,5 @@
-"""Training curves of the shipped reversal model: the loss per step and the held-out exact match.
+"""Training curves of the shipped reversal model: the loss per step, the validation exact match
+that stopped the training, and the test score measured once at the end.
 
 The data come from the checkpoint made by ``python -m transformer_np.examples.reverse --save``
 (see src/transformer_np/examples/data/README.md); nothing is trained here.
@@ -9,24 +10,32 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from transformer_np.examples.reverse import load_trained
+from transformer_np.examples.reverse import VAL_TARGET, load_trained
+
+STOP_AT = 100 * VAL_TARGET  # the early-stopping threshold, in percent
 
 TEXT = {
     "it": {
         "step": "passo",
         "loss": "loss (cross-entropy, label smoothing 0.1)",
-        "acc": "exact match sulle sequenze tenute da parte",
+        "acc": "exact match (%)",
         "title_loss": "Loss di addestramento",
         "title_acc": "Accuratezza (decodifica greedy)",
         "smooth": "media mobile su 50 passi",
+        "val": "validazione ({n} sequenze), ogni 100 passi",
+        "stop": "soglia di arresto sulla validazione ({p:g}%)",
+        "test": "test ({n} sequenze), una volta alla fine: {p:.1f}%",
     },
     "en": {
         "step": "step",
         "loss": "loss (cross-entropy, label smoothing 0.1)",
-        "acc": "exact match on held-out sequences",
+        "acc": "exact match (%)",
         "title_loss": "Training loss",
         "title_acc": "Accuracy (greedy decoding)",
         "smooth": "moving average over 50 steps",
+        "val": "validation ({n} sequences), every 100 steps",
+        "stop": "early-stopping threshold on validation ({p:g}%)",
+        "test": "test ({n} sequences), once at the end: {p:.1f}%",
     },
 }
 
@@ -44,11 +53,22 @@ def figure(lang: str) -> Figure:
     ax_loss.set_ylabel(t["loss"])
     ax_loss.set_title(t["title_loss"])
     ax_loss.legend(fontsize="small")
-    ax_acc.plot(extra["eval_step"], 100 * extra["eval_exact_match"], "o-", ms=4)
-    ax_acc.axhline(99, color="gray", ls="--", lw=1)
-    ax_acc.set_ylim(0, 101)
-    ax_acc.set_ylabel(t["acc"] + " (%)")
+    val = 100 * extra["exact_match_val"]
+    test = 100 * float(extra["exact_match_test"])
+    ax_acc.plot(extra["eval_step"], val, "o-", ms=4, label=t["val"].format(n=int(extra["n_val"])))
+    ax_acc.axhline(STOP_AT, color="gray", ls="--", lw=1, label=t["stop"].format(p=STOP_AT))
+    ax_acc.plot(
+        [len(loss)],
+        [test],
+        "*",
+        ms=13,
+        color="C3",
+        label=t["test"].format(n=int(extra["n_test"]), p=test),
+    )
+    ax_acc.set_ylim(0, 102)
+    ax_acc.set_ylabel(t["acc"])
     ax_acc.set_title(t["title_acc"])
+    ax_acc.legend(fontsize="small", loc="lower right")
     for ax in (ax_loss, ax_acc):
         ax.set_xlabel(t["step"])
         ax.grid(True, alpha=0.3)

@@ -321,14 +321,19 @@ def _absolute_link(target: str, lang: str, rel: str, site_url: str) -> str:
 
 
 def _absolute_links(text: str, lang: str, rel: str, site_url: str) -> str:
-    """Relative Markdown links and images made absolute; code (fences, spans) untouched."""
-    out, pos = [], 0
-    for m in CODE_IN_MARKDOWN.finditer(text):
-        out.append(_rewrite(text[pos : m.start()], lang, rel, site_url))
-        out.append(m.group(0))
-        pos = m.end()
-    out.append(_rewrite(text[pos:], lang, rel, site_url))
-    return "".join(out)
+    """Relative Markdown links and images made absolute; code (fences, spans) untouched.
+
+    Code is set aside behind placeholders, not cut out, so that a link whose text is code
+    (``[`(d_in, d_out)`](glossary.md#...)``) is still one link.
+    """
+    code = []
+
+    def set_aside(m):
+        code.append(m.group(0))
+        return f"\x00{len(code) - 1}\x00"
+
+    masked = _rewrite(CODE_IN_MARKDOWN.sub(set_aside, text), lang, rel, site_url)
+    return re.sub("\x00(\\d+)\x00", lambda m: code[int(m[1])], masked)
 
 
 def _rewrite(text: str, lang: str, rel: str, site_url: str) -> str:

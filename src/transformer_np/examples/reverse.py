@@ -2,14 +2,18 @@
 
 Run it::
 
-    python -m transformer_np.examples.reverse            # reverse, stops at >= 99% held-out
+    python -m transformer_np.examples.reverse            # reverse, stops at >= 99.5% validation
     python -m transformer_np.examples.reverse --task sort
     python -m transformer_np.examples.reverse --quick    # shorter sequences, about 10 seconds
 
 The source is a random string of digits (length ``min_len`` to ``max_len``, padded with 0);
 the target is the same digits reversed (or sorted), then EOS. The decoder reads the target
-shifted right (BOS first). Held-out sequences are drawn first and never appear in training;
-accuracy is the *exact match* of greedy decoding: every token up to EOS right.
+shifted right (BOS first). Accuracy is the *exact match* of greedy decoding: every token up to
+EOS right.
+
+Two held-out sets are drawn before training, disjoint from each other, and no training batch
+contains a sequence of either (:func:`heldout_splits`): the *validation* set decides when the
+training stops early, and the *test* set, read once at the end, gives the reported score.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ __all__ = [
     "VOCAB_SIZE",
     "decode_digits",
     "exact_match",
+    "heldout_splits",
     "make_batch",
     "make_model",
     "train_reverse",
@@ -45,6 +50,7 @@ __all__ = [
 PAD, BOS, EOS = 0, 1, 2
 DIGIT0 = 3  # digit d has id d + 3
 VOCAB_SIZE = 13
+VAL_TARGET = 0.995  # the training stops once the validation exact match reaches this
 
 
 def _target_digits(digits, task):
@@ -54,6 +60,50 @@ def _target_digits(digits, task):
 def _sample_sequences(rng, n, min_len, max_len):
     lengths = rng.integers(min_len, max_len + 1, size=n)
     return [tuple(int(d) for d in rng.integers(0, 10, size=L)) for L in lengths]
+
+
+def _distinct_sequences(rng, n, min_len, max_len, exclude):
+    found = {}  # a dict keeps the order of the draws
+    while len(found) < n:
+        for s in _sample_sequences(rng, n - len(found), min_len, max_len):
+            if s not in exclude:
+                found[s] = None
+    return list(found)
+
+
+def heldout_splits(rng, n_val, n_test, min_len, max_len):
+    """The validation and test sequences, drawn before training: distinct, and disjoint.
+
+    The test set is drawn first, then the validation set among the sequences not in it. The
+    training batches are then drawn avoiding both (``exclude`` of :func:`make_batch`).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    n_val, n_test : int
+        How many distinct sequences each set holds.
+    min_len, max_len : int
+        Range of the sequence lengths.
+
+    Returns
+    -------
+    val, test : list of tuple of int
+        ``n_val`` and ``n_test`` digit sequences; no sequence is in both.
+
+    Raises
+    ------
+    ValueError
+        If the two sets would take half or more of all the sequences of these lengths.
+    """
+    possible = sum(10**length for length in range(min_len, max_len + 1))
+    if 2 * (n_val + n_test) > possible:
+        raise ValueError(
+            f"n_val + n_test = {n_val + n_test} held-out sequences would leave too few for "
+            f"training: there are only {possible} sequences of {min_len} to {max_len} digits"
+        )
+    test = _distinct_sequences(rng, n_test, min_len, max_len, frozenset())
+    val = _distinct_sequences(rng, n_val, min_len, max_len, frozenset(test))
+    return val, test
 
 
 def encode_pairs(seqs, max_len, task="reverse"):
@@ -105,7 +155,7 @@ def make_batch(rng, batch_size, min_len, max_len, task="reverse", exclude=frozen
         Range of the sequence lengths.
     task : {"reverse", "sort"}
     exclude : set of tuple of int
-        Sequences never drawn (the held-out set).
+        Sequences never drawn (the validation and test sets).
 
     Returns
     -------
@@ -221,15 +271,16 @@ def train_reverse(
     lr_factor=0.7,
     label_smoothing=0.1,
     betas=(0.9, 0.98),
-    n_heldout=1000,
+    n_val=300,
+    n_test=1000,
     eval_every=100,
-    target=0.995,
+    target=VAL_TARGET,
     time_limit=170.0,
     seed=0,
     progress=True,
     stream=None,
 ):
-    """Train the demo model; stops early once the held-out exact match reaches ``target``.
+    """Train the demo model; stops early once the validation exact match reaches ``target``.
 
     Parameters
     ----------
@@ -249,16 +300,20 @@ def train_reverse(
         Of the cross-entropy.
     betas : tuple of float
         Of Adam.
-    n_heldout : int
-        Sequences drawn first and never trained on.
+    n_val : int
+        Validation sequences (see :func:`heldout_splits`): never trained on, they decide the
+        early stop.
+    n_test : int
+        Test sequences: never trained on and never looked at during training, they give the
+        final score.
     eval_every : int
-        Measure the exact match on 300 held-out sequences every this many steps.
+        Measure the exact match on the validation set every this many steps.
     target : float
-        Stop when that exact match reaches this value (above 1: never).
+        Stop when the validation exact match reaches this value (above 1: never).
     time_limit : float
         Stop after this many seconds.
     seed : int
-        Seeds the model, the held-out set and the batches.
+        Seeds the model, the validation and test sets and the batches.
     progress : bool
         Show the progress bar of :func:`~transformer_np.train.fit`.
     stream : file-like, optional
@@ -268,17 +323,22 @@ def train_reverse(
     -------
     model : Transformer
     history : dict
-        From :func:`~transformer_np.train.fit`, plus ``heldout_accuracy`` (final, all held-out
-        sequences) and ``seconds``.
-    heldout : tuple of ndarray
-        ``(src, tgt_in, tgt_out)`` of the held-out set.
+        From :func:`~transformer_np.train.fit` (its ``eval`` entries hold the validation
+        ``exact_match``), plus ``test_accuracy`` (the exact match on the test set, measured once
+        at the end) and ``seconds``.
+    splits : dict
+        ``"val"`` and ``"test"``: each ``(src, tgt_in, tgt_out)``, as :func:`encode_pairs`
+        returns them.
     """
     if task not in ("reverse", "sort"):
         raise ValueError(f'task must be "reverse" or "sort", got {task!r}')
     rng = np.random.default_rng(seed)
-    held_seqs = list(dict.fromkeys(_sample_sequences(rng, n_heldout, min_len, max_len)))
-    heldout = encode_pairs(held_seqs, max_len, task)
-    exclude = frozenset(held_seqs)
+    val_seqs, test_seqs = heldout_splits(rng, n_val, n_test, min_len, max_len)
+    splits = {
+        "val": encode_pairs(val_seqs, max_len, task),
+        "test": encode_pairs(test_seqs, max_len, task),
+    }
+    exclude = frozenset(val_seqs) | frozenset(test_seqs)  # never in a training batch
     model = make_model(
         seed, d_model=d_model, n_layers=n_layers, max_len=max_len, norm_first=norm_first
     )
@@ -289,11 +349,10 @@ def train_reverse(
         eps=1e-9,
     )
     loss_fn = CrossEntropyLoss(ignore_index=PAD, label_smoothing=label_smoothing)
-    # early stopping looks at a fixed slice of the held-out set (the final score uses all of it)
-    probe = tuple(a[:300] for a in heldout)
+    val_src, _, val_out = splits["val"]
 
-    def evaluate(m):
-        return {"exact_match": exact_match(m, probe[0], probe[2])}
+    def evaluate(m):  # during training: the validation set only
+        return {"exact_match": exact_match(m, val_src, val_out)}
 
     def stop(step, history):
         return bool(history["eval"]) and history["eval"][-1][1]["exact_match"] >= target
@@ -314,10 +373,12 @@ def train_reverse(
         stream=stream,
         desc=task,
     )
-    with blas_single_threaded():
-        history["heldout_accuracy"] = exact_match(model, heldout[0], heldout[2])
+    test_src, _, test_out = splits["test"]
+    with blas_single_threaded():  # the test set, once, after the training has stopped
+        history["test_accuracy"] = exact_match(model, test_src, test_out)
     history["seconds"] = time.perf_counter() - start
-    return model, history, heldout
+    history["n_val"], history["n_test"] = len(val_seqs), len(test_seqs)
+    return model, history, splits
 
 
 def history_arrays(history):
@@ -331,17 +392,19 @@ def history_arrays(history):
     Returns
     -------
     dict of str to ndarray
-        The loss and learning rate per step, the evaluations, the final held-out accuracy and
-        the training time.
+        The loss and learning rate per step; ``eval_step`` and ``exact_match_val``, the
+        validation exact match at each evaluation; ``exact_match_test``, the final score on the
+        test set; ``n_val`` and ``n_test``, the sizes of the two sets; the training time.
     """
+    evals = dict(history["eval"])  # the last evaluation can repeat the step of the early stop
     return {
         "loss": np.array(history["loss"], dtype=np.float32),
         "lr": np.array(history["lr"], dtype=np.float32),
-        "eval_step": np.array([step for step, _ in history["eval"]], dtype=np.int64),
-        "eval_exact_match": np.array(
-            [m["exact_match"] for _, m in history["eval"]], dtype=np.float32
-        ),
-        "heldout_accuracy": np.array(history["heldout_accuracy"], dtype=np.float32),
+        "eval_step": np.array(list(evals), dtype=np.int64),
+        "exact_match_val": np.array([m["exact_match"] for m in evals.values()], dtype=np.float32),
+        "exact_match_test": np.array(history["test_accuracy"], dtype=np.float32),
+        "n_val": np.array(history["n_val"], dtype=np.int64),
+        "n_test": np.array(history["n_test"], dtype=np.int64),
         "seconds": np.array(history["seconds"], dtype=np.float32),
     }
 
@@ -363,8 +426,8 @@ def load_trained():
     return load_shipped(CHECKPOINT)
 
 
-# --quick: shorter sequences, a smaller model, fewer held-out sequences
-QUICK = dict(min_len=2, max_len=5, d_model=32, eval_every=100, warmup=100, n_heldout=300)
+# --quick: shorter sequences, a smaller model, smaller validation and test sets
+QUICK = dict(min_len=2, max_len=5, d_model=32, eval_every=100, warmup=100, n_val=100, n_test=300)
 
 
 def parse_arguments(argv=None):
@@ -384,7 +447,7 @@ def parse_arguments(argv=None):
 
 
 def main(argv=None):
-    """The command line: train, show five held-out examples, and save with ``--save``.
+    """The command line: train, show five test examples, and save with ``--save``.
 
     Parameters
     ----------
@@ -394,10 +457,10 @@ def main(argv=None):
     Returns
     -------
     int
-        The exit status: 0, or 1 if a full run ends below 99% exact match.
+        The exit status: 0, or 1 if a full run ends below 99% exact match on the test set.
     """
     args = parse_arguments(argv)
-    model, history, heldout = train_reverse(
+    model, history, splits = train_reverse(
         task=args.task,
         steps=args.steps,
         seed=args.seed,
@@ -405,7 +468,7 @@ def main(argv=None):
         progress=not args.no_progress,
         **(QUICK if args.quick else {}),
     )
-    src, _, tgt_out = heldout
+    src, _, tgt_out = splits["test"]
     pred = translate(model, src[:5], tgt_out.shape[1], bos_id=BOS, eos_id=EOS)
     print(f"task: {args.task}, parameters: {model.num_parameters()}")
     for s, p in zip(src[:5], pred, strict=True):
@@ -414,11 +477,13 @@ def main(argv=None):
         f"steps: {history['step'][-1]} ({history['stopped']}), final loss "
         f"{history['loss'][-1]:.4f}, time {history['seconds']:.1f} s"
     )
-    print(f"held-out exact match: {100 * history['heldout_accuracy']:.2f}% of {len(src)} sequences")
+    val = history["eval"][-1][1]["exact_match"]
+    print(f"validation exact match: {100 * val:.2f}% of {history['n_val']} sequences")
+    print(f"test exact match: {100 * history['test_accuracy']:.2f}% of {len(src)} sequences")
     if args.save:
         save_model(args.save, model, extra=history_arrays(history), overwrite=args.overwrite)
         print(f"saved to {args.save}")
-    return 0 if args.quick or history["heldout_accuracy"] >= 0.99 else 1
+    return 0 if args.quick or history["test_accuracy"] >= 0.99 else 1
 
 
 if __name__ == "__main__":
