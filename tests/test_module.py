@@ -88,3 +88,18 @@ def test_checked_gives_the_validator_every_argument_by_name_however_called():
         f()
     with pytest.raises(TypeError, match="too many positional arguments"):
         f(1, 2, 3, 4)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_check_finite_finds_one_bad_value_in_any_layout(dtype, bad):
+    from transformer_np import NotFiniteError
+    from transformer_np._checks.general import check_finite
+
+    x = np.ones((7, 6), dtype)
+    x[3, 2] = bad
+    for view in (x, x.T, x[:, ::2], x[2:5]):  # contiguous (a BLAS dot), or not (a sum)
+        with pytest.raises(NotFiniteError, match=r"g contains (NaN|inf) \(1 of"):
+            check_finite(view, "g")
+    huge = np.full((4, 4), np.finfo(dtype).max / 2, dtype)  # its sum of squares overflows
+    check_finite(huge, "g")  # but every value is finite: no error

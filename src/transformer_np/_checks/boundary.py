@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .general import NotFiniteError, all_finite, check_finite, compute_dtype, shape_str
+from .general import NotFiniteError, all_finite, check_finite, shape_str
 
 
 @dataclass
@@ -48,7 +48,7 @@ class Prepared:
 
 def to_compute(x: np.ndarray) -> np.ndarray:
     """``x`` in the dtype the computation runs in (float16 -> float32, others unchanged)."""
-    return x.astype(compute_dtype(x.dtype), copy=False)
+    return x.astype(np.float32) if x.dtype == np.float16 else x
 
 
 def call_layer(layer, *args, **kwargs):

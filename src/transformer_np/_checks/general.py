@@ -157,18 +157,26 @@ class NotFiniteError(ValueError):
     """NaN or inf where finite numbers are needed: in an input, a parameter, or a result."""
 
 
+BLAS_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def check_finite(x: np.ndarray, name: str, *, allow_neg_inf: bool = False) -> None:
     """Raise ValueError if ``x`` holds NaN or +-inf (or only NaN/+inf when ``allow_neg_inf``).
 
     The fast path is a single sum: a finite sum proves that no NaN or inf is present (NaN and
     inf propagate through addition). Only when the sum is not finite (a bad value, or an
-    overflow of large finite values) is the element-wise check run.
+    overflow of large finite values) is the element-wise check run. For a contiguous float32 or
+    float64 array the sum is the sum of squares, one BLAS dot product (several times faster).
     """
     if x.size == 0:
         return
     if not allow_neg_inf:
         with np.errstate(over="ignore", invalid="ignore"):
-            total = np.add.reduce(x, axis=None)
+            if x.dtype in BLAS_FLOATS and x.flags.c_contiguous:
+                flat = x.reshape(-1)
+                total = np.dot(flat, flat)
+            else:
+                total = np.add.reduce(x, axis=None)
         if np.isfinite(total):
             return
         bad = ~np.isfinite(x)
