@@ -1,7 +1,8 @@
 """decoding.py: generating tokens (generate, stream, translate) with a key/value cache.
 
 Sections: values (the cache gives the same tokens as recomputing everything, the sliding
-window, end of sequence, a tiny temperature is greedy, the caller's training mode), errors (bad
+window, end of sequence, a tiny temperature is greedy, top_p reaches sample_next, the caller's
+training mode), errors (bad
 arguments: a clear ValueError or TypeError that names the argument, never a silent wrong
 token). The choice of each token (sample_next) is tested in test_sampling.py, the cached
 forward pass of a model in test_model.py.
@@ -12,7 +13,7 @@ import re
 import numpy as np
 import pytest
 
-from transformer_np import Dropout
+from transformer_np import Dropout, softmax
 from transformer_np._checks.generation import physical_memory
 from transformer_np.decoding import generate, stream, translate
 
@@ -70,7 +71,13 @@ def small_translator(dropout=0.1):
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize(
     "sampling",
-    [{"temperature": 0.0}, {"temperature": 1.0}, {"temperature": 0.7, "top_k": 5}],
+    [
+        {"temperature": 0.0},
+        {"temperature": 1.0},
+        {"temperature": 0.7, "top_k": 5},
+        {"temperature": 1.2, "top_p": 0.8},
+        {"temperature": 0.9, "top_k": 8, "top_p": 0.6},
+    ],
 )
 def test_cached_and_uncached_generation_give_identical_tokens(norm_first, sampling):
     model = language_model(norm_first)
@@ -112,7 +119,7 @@ def test_cached_generation_identical_in_float32_too():
 def test_cached_and_uncached_translation_give_identical_tokens(norm_first):
     model = translator(norm_first)
     src = np.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 12]])
-    for kw in ({"temperature": 0.0}, {"temperature": 1.0, "top_k": 4}):
+    for kw in ({"temperature": 0.0}, {"temperature": 1.0, "top_k": 4}, {"top_p": 0.7}):
         a = translate(model, src, 15, bos_id=1, eos_id=None, rng=5, **kw)
         b = translate(model, src, 15, bos_id=1, eos_id=None, rng=5, use_cache=False, **kw)
         np.testing.assert_array_equal(a, b)
@@ -161,6 +168,35 @@ def test_generate_at_tiny_temperature_is_greedy(use_cache):
     np.testing.assert_array_equal(tiny, greedy)
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_a_tiny_top_p_is_greedy_in_generate_stream_and_translate(use_cache):
+    # the nucleus of top_p = 1e-9 is the most probable token alone
+    model, hot = short_language_model(), {"temperature": 1.5, "rng": 0, "use_cache": use_cache}
+    greedy = generate(model, PROMPT, 8, use_cache=use_cache)
+    np.testing.assert_array_equal(generate(model, PROMPT, 8, top_p=1e-9, **hot), greedy)
+    steps = list(stream(model, PROMPT, 8, top_p=1e-9, **hot))
+    np.testing.assert_array_equal(np.stack(steps, axis=1), greedy[:, 2:])
+    tr = translator()
+    src = np.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 12]])
+    greedy = translate(tr, src, 10, bos_id=1, use_cache=use_cache)
+    np.testing.assert_array_equal(translate(tr, src, 10, bos_id=1, top_p=1e-9, **hot), greedy)
+
+
+def mass_before(model, tokens, T0):
+    """For each generated token, the probability of the tokens more probable than it: (B, n)."""
+    probs = softmax(model(tokens[:, :-1])[:, T0 - 1 :])  # (B, n, V): the step of each new token
+    chosen = np.take_along_axis(probs, tokens[:, T0:, None], -1)  # (B, n, 1)
+    return np.where(probs > chosen, probs, 0).sum(-1)
+
+
+def test_generated_tokens_lie_in_the_nucleus():
+    model, T0 = language_model().eval(), PROMPT.shape[1]
+    out = generate(model, PROMPT, 20, temperature=1.0, top_p=0.5, rng=4)
+    assert np.all(mass_before(model, out, T0) < 0.5)  # in the nucleus of top_p = 0.5
+    out = generate(model, PROMPT, 20, temperature=1.0, rng=4)  # without top_p: some are not
+    assert np.any(mass_before(model, out, T0) >= 0.5)
+
+
 # ------------------------------------------------------------------ the caller's training mode
 
 
@@ -187,13 +223,15 @@ def test_translate_restores_the_callers_mode(mode, use_cache):
 # ------------------------------------------------------------------ streaming
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_stream_yields_the_tokens_of_generate(temperature):
+@pytest.mark.parametrize(
+    "sampling", [{"temperature": 0.0}, {"temperature": 1.0}, {"temperature": 1.0, "top_p": 0.7}]
+)
+def test_stream_yields_the_tokens_of_generate(sampling):
     lm = small_language_model(max_len=16)
     prompt = np.array([[1, 2, 3], [4, 5, 6]])
-    steps = list(stream(lm, prompt, 20, temperature=temperature, rng=3))
+    steps = list(stream(lm, prompt, 20, rng=3, **sampling))
     assert len(steps) == 20 and steps[0].shape == (2,)
-    expected = generate(lm, prompt, 20, temperature=temperature, rng=3)[:, 3:]
+    expected = generate(lm, prompt, 20, rng=3, **sampling)[:, 3:]
     np.testing.assert_array_equal(np.stack(steps, axis=1), expected)
 
 
@@ -297,6 +335,24 @@ def test_generate_rejects_temperature_and_top_k_like_sample_next():
         generate(short_language_model(), PROMPT, 2, temperature="0.5")
     with pytest.raises(TypeError, match="top_k must be a positive integer"):
         translate(small_translator(), SRC, 2, bos_id=1, temperature=1.0, top_k=2.0)
+
+
+@pytest.mark.parametrize(
+    ("top_p", "error", "match"),
+    [
+        (0.0, ValueError, r"top_p must be a number in \(0, 1\], got 0.0"),
+        (1.01, ValueError, r"top_p must be a number in \(0, 1\], got 1.01"),
+        ("0.9", TypeError, r"top_p must be a number in \(0, 1\] or None, got '0.9' \(str\)"),
+        (False, TypeError, r"top_p must be a number in \(0, 1\] or None, got False \(bool\)"),
+    ],
+)
+def test_generate_stream_and_translate_reject_top_p_like_sample_next(top_p, error, match):
+    with pytest.raises(error, match=match):
+        generate(short_language_model(), PROMPT, 2, temperature=1.0, top_p=top_p)
+    with pytest.raises(error, match=match):
+        stream(short_language_model(), PROMPT, 2, temperature=1.0, top_p=top_p)
+    with pytest.raises(error, match=match):
+        translate(small_translator(), SRC, 2, bos_id=1, temperature=1.0, top_p=top_p)
 
 
 # ------------------------------------------------------------------ the special tokens of translate

@@ -134,16 +134,37 @@ def test_missing_model_package_names_the_install_command(monkeypatch, capsys):
      (["--temperature", "inf"], "argument --temperature: must be a finite number >= 0, got 'inf'"),
      (["--temperature", "1", "--top-k", "0"], "argument --top-k: must be an integer >= 1, got '0'"),
      (["--temperature", "1", "--top-k", "99999"], "--top-k must be at most the 49152 tokens"),
+     (["--temperature", "1", "--top-p", "0"], "argument --top-p: must be a number in (0, 1]"),
+     (["--temperature", "1", "--top-p", "1.5"], "--top-p: must be a number in (0, 1], got '1.5'"),
+     (["--temperature", "1", "--top-p", "nan"], "--top-p: must be a number in (0, 1], got 'nan'"),
+     (["--temperature", "1", "--top-p", "x"], "--top-p: must be a number in (0, 1], got 'x'"),
      (["--seed", "-1"], "argument --seed: must be an integer >= 0, got '-1'"),
      (["--prompt", ""], "argument --prompt: must not be empty, got ''"),
      (["--prompt", "  "], "argument --prompt: must not be empty, got '  '"),
      (["--top-k", "5"], "--top-k samples among the k best tokens: it needs --temperature > 0"),
+     (["--top-p", "0.9"], "--top-p samples among the most probable tokens: it needs --temp"),
      (["--seed", "3"], "--seed seeds the sampling: it needs --temperature > 0")],
 )  # fmt: skip
 def test_bad_options_are_usage_errors_before_any_loading(argv, message, no_loading, capsys):
     with pytest.raises(SystemExit) as exc:
         chat.main(argv)
     assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_sampling_options_reach_the_generation(fake_model, monkeypatch, capsys):
+    given = {}
+
+    def fake_stream(*args, **kw):
+        given.update(kw)
+        return iter([np.array([8]), np.array([0])])
+
+    monkeypatch.setattr(chat, "stream", fake_stream)
+    argv = ["--prompt", "hi", "--temperature", "0.7", "--top-k", "40", "--top-p", "0.9"]
+    assert chat.main(argv) == 0
+    assert capsys.readouterr().out == "h\n"
+    assert (given["temperature"], given["top_k"], given["top_p"]) == (0.7, 40, 0.9)
+    chat.main(["--prompt", "hi"])
+    assert (given["temperature"], given["top_k"], given["top_p"]) == (0.0, None, None)
 
 
 def test_an_over_long_prompt_is_a_usage_error_before_the_model_loads(monkeypatch, capsys):

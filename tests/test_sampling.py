@@ -1,16 +1,18 @@
-"""sampling.py: choosing the next token (sample_next), greedy, top-k and temperature sampling.
+"""sampling.py: choosing the next token (sample_next), greedy, top-k, top-p and temperature.
 
 Sections: values (greedy and top-1 are the arg-max, top-k keeps the k best, the frequencies
-follow the tempered softmax, a tiny temperature is greedy, -inf masks a token, the caller's
-logits are left alone), errors (bad logits, temperature or top_k: a clear ValueError or
-TypeError that names the argument, never a silent wrong token).
+follow the tempered softmax, top-p keeps the nucleus worked out by hand, ties at its threshold
+included, a tiny temperature is greedy, -inf masks a token, the caller's logits are left
+alone), reference (top-p keeps the tokens transformers' TopPLogitsWarper keeps), errors (bad
+logits, temperature, top_k or top_p: a clear ValueError or TypeError that names the argument,
+never a silent wrong token).
 """
 
 import numpy as np
 import pytest
 
 from transformer_np.functional import softmax
-from transformer_np.sampling import sample_next
+from transformer_np.sampling import sample_next, weights
 
 # ============================================================================================
 # values
@@ -39,6 +41,92 @@ def test_sampling_frequencies_follow_the_tempered_softmax():
         expected = softmax(logits / temperature)
         # 5 standard errors of a binomial proportion: fails only if the sampler is wrong
         assert np.all(np.abs(freq - expected) <= 5 * np.sqrt(expected * (1 - expected) / n))
+
+
+def assert_frequencies(picks, expected):
+    """The frequencies of ``picks`` are ``expected``: exactly 0 where it is 0, and elsewhere
+    within 5 standard errors of a binomial proportion (fails only if the sampler is wrong)."""
+    n = len(picks)
+    freq = np.bincount(picks, minlength=len(expected)) / n
+    np.testing.assert_array_equal(freq == 0, expected == 0)
+    assert np.all(np.abs(freq - expected) <= 5 * np.sqrt(expected * (1 - expected) / n)), (
+        f"frequencies {freq}, expected {expected}"
+    )
+
+
+# Worked out by hand: the nucleus is the smallest group of most probable tokens whose total
+# reaches top_p, renormalised. No top_p sits exactly on a total: there, floating point decides
+# (0.25 comes out of the softmax as 0.25000000000000006), in transformers as here. Equal
+# probabilities are ordered by index, the lower index as the less probable (transformers'
+# rule with a stable sort), so a tie at the threshold is split: the higher index stays.
+HALVES = np.log([0.5, 0.25, 0.125, 0.125])
+TOP_P_BY_HAND = [
+    # (logits, temperature, top_k, top_p, expected distribution)
+    (HALVES, 1.0, None, 0.45, [1, 0, 0, 0]),  # 1/2 reaches 0.45 alone
+    (HALVES, 1.0, None, 0.6, [2 / 3, 1 / 3, 0, 0]),  # 1/2 + 1/4 = 0.75 >= 0.6
+    (HALVES, 1.0, None, 0.74, [2 / 3, 1 / 3, 0, 0]),  # 0.75 >= 0.74, 1/2 alone is not
+    (HALVES, 1.0, None, 0.8, [4 / 7, 2 / 7, 0, 1 / 7]),  # the tie split: token 3 stays, 2 not
+    (HALVES, 1.0, None, 0.9, [0.5, 0.25, 0.125, 0.125]),  # 0.875 < 0.9: all four
+    (HALVES, 1.0, None, 1.0, [0.5, 0.25, 0.125, 0.125]),  # no cut
+    # temperature first: at tau = 0.5 the probabilities are squared, 16 : 4 : 1 : 1 over 22,
+    # and 20 / 22 = 0.909 already reaches 0.9
+    (HALVES, 0.5, None, 0.9, [0.8, 0.2, 0, 0]),
+    # top-k first: top_k = 2 leaves 1/2 : 1/4, renormalised 2/3 : 1/3, and 2/3 reaches 0.6
+    (HALVES, 1.0, 2, 0.6, [1, 0, 0, 0]),
+    # 0.4 + 0.2 + 0.2 = 0.8 reaches 0.7, one of the three tied 0.2 is left out: token 1
+    (np.log([0.4, 0.2, 0.2, 0.2]), 1.0, None, 0.7, [0.5, 0, 0.25, 0.25]),
+    # -inf is never kept; the tokens in another order, the tie split by index again
+    (np.log([0.125, 0.25, 0.125, 0.5]), 1.0, None, 0.8, [0, 2 / 7, 1 / 7, 4 / 7]),
+    (np.array([-np.inf, 0.0, 1.0]), 1.0, None, 0.5, [0, 0, 1]),
+    (np.array([-np.inf, 0.0, 1.0]), 1.0, None, 0.99, [0, 1 / (1 + np.e), np.e / (1 + np.e)]),
+]
+
+
+@pytest.mark.parametrize(("logits", "temperature", "top_k", "top_p", "expected"), TOP_P_BY_HAND)
+def test_top_p_samples_from_the_nucleus_worked_out_by_hand(
+    logits, temperature, top_k, top_p, expected
+):
+    expected = np.array(expected, dtype=float)
+    w = weights(logits[None], temperature, top_k, top_p)[0]
+    np.testing.assert_array_equal(w == 0, expected == 0)  # the kept set, exactly
+    np.testing.assert_allclose(w / w.sum(), expected, rtol=1e-12, atol=0)
+    picks = sample_next(
+        np.tile(logits, (40000, 1)), temperature=temperature, top_k=top_k, top_p=top_p, rng=0
+    )
+    assert_frequencies(picks, expected)
+
+
+def test_top_p_none_and_one_are_no_cut():
+    logits = np.random.default_rng(0).standard_normal((50, 9))
+    plain = sample_next(logits, temperature=0.8, top_k=5, rng=3)
+    for top_p in (None, 1.0, 1):
+        np.testing.assert_array_equal(
+            sample_next(logits, temperature=0.8, top_k=5, top_p=top_p, rng=3), plain
+        )
+
+
+def test_greedy_ignores_top_p():
+    logits = np.random.default_rng(0).standard_normal((20, 9))
+    greedy = sample_next(logits, temperature=0, top_p=0.01)
+    np.testing.assert_array_equal(greedy, logits.argmax(-1))
+
+
+def test_a_small_top_p_is_the_argmax():
+    logits = np.random.default_rng(1).standard_normal((30, 50))
+    np.testing.assert_array_equal(sample_next(logits, top_p=1e-9, rng=0), logits.argmax(-1))
+
+
+@pytest.mark.parametrize("top_p", [0.3, 0.9])
+def test_top_p_keeps_the_smallest_group_that_reaches_p(top_p):
+    rng = np.random.default_rng(2)
+    logits = rng.standard_normal((200, 30)) * 2
+    probs = softmax(logits)
+    kept = weights(logits, 1.0, None, top_p) > 0  # (B, V)
+    for row, keep in zip(probs, kept, strict=True):
+        inside, outside = row[keep], row[~keep]
+        assert inside.sum() >= top_p  # it reaches p ...
+        assert inside.sum() - inside.min() < top_p  # ... and one token fewer would not
+        assert outside.size == 0 or outside.max() <= inside.min()  # the most probable ones
 
 
 @pytest.mark.parametrize("tau", [1e-310, 1e-320, 5e-324, 1e-200])
@@ -72,6 +160,48 @@ def test_caller_logits_are_not_modified():
     before = logits.copy()
     sample_next(logits, temperature=0.3, top_k=2, rng=0)
     np.testing.assert_array_equal(logits, before)
+
+
+# ============================================================================================
+# reference: transformers' TopPLogitsWarper
+# ============================================================================================
+
+
+def transformers_kept(logits, temperature, top_k, top_p):
+    """The tokens transformers' warpers keep, in its order: temperature, top-k, top-p."""
+    torch = pytest.importorskip("torch")
+    lp = pytest.importorskip("transformers.generation.logits_process")
+    scores = torch.from_numpy(logits)  # float64, as ours
+    warpers = [lp.TemperatureLogitsWarper(temperature)]
+    if top_k is not None:
+        warpers.append(lp.TopKLogitsWarper(top_k))
+    warpers.append(lp.TopPLogitsWarper(top_p))
+    for warp in warpers:
+        scores = warp(None, scores)
+    return torch.isfinite(scores).numpy()
+
+
+@pytest.mark.parametrize(("B", "V"), [(1, 2), (4, 7), (16, 50), (3, 1000)])
+@pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9, 0.99])
+@pytest.mark.parametrize(("temperature", "top_k"), [(1.0, None), (0.6, None), (1.7, 5)])
+def test_top_p_keeps_the_tokens_transformers_keeps(B, V, top_p, temperature, top_k):
+    rng = np.random.default_rng([B, V, int(top_p * 100), int(temperature * 10)])
+    logits = rng.standard_normal((B, V)) * 3
+    top_k = None if top_k is None else min(top_k, V)
+    theirs = transformers_kept(logits, temperature, top_k, top_p)
+    mine = weights(logits, temperature, top_k, top_p) > 0
+    assert (mine == theirs).all(), (
+        f"mine keeps {mine.sum(-1).tolist()} tokens per row, transformers {theirs.sum(-1).tolist()}"
+    )
+
+
+def test_a_tie_at_the_threshold_is_split_as_transformers_splits_it():
+    # 0.4, then three tokens of 0.2: top_p = 0.7 keeps two of them (0.8 >= 0.7)
+    logits = np.log([[0.2, 0.4, 0.2, 0.2]])
+    theirs = transformers_kept(logits, 1.0, None, 0.7)
+    mine = weights(logits, 1.0, None, 0.7) > 0
+    assert mine.sum() == theirs.sum() == 3 and mine[0, 1] and theirs[0, 1]
+    np.testing.assert_array_equal(mine, [[False, True, True, True]])  # the lowest index goes
 
 
 # ============================================================================================
@@ -138,3 +268,27 @@ def test_temperature_out_of_range(temperature):
 def test_bad_top_k(top_k, error, match):
     with pytest.raises(error, match=match):
         sample_next(np.zeros((1, 3)), top_k=top_k)
+
+
+@pytest.mark.parametrize(
+    ("top_p", "error", "match"),
+    [
+        (0, ValueError, r"top_p must be a number in \(0, 1\], got 0.0"),
+        (-0.5, ValueError, r"top_p must be a number in \(0, 1\], got -0.5"),
+        (1.5, ValueError, r"top_p must be a number in \(0, 1\], got 1.5"),
+        (np.nan, ValueError, r"top_p must be a number in \(0, 1\], got nan"),
+        (np.inf, ValueError, r"top_p must be a number in \(0, 1\], got inf"),
+        (True, TypeError, r"top_p must be a number in \(0, 1\] or None, got True \(bool\)"),
+        ("0.9", TypeError, r"top_p must be a number in \(0, 1\] or None, got '0.9' \(str\)"),
+        (np.array([0.9]), TypeError, r"top_p must be a number in \(0, 1\] or None"),
+    ],
+)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_bad_top_p(top_p, error, match, temperature):
+    with pytest.raises(error, match=match):
+        sample_next(np.zeros((1, 3)), temperature=temperature, top_p=top_p)
+
+
+def test_numpy_top_p_is_accepted():
+    out = sample_next(np.array([[1.0, 3.0, 2.0]]), top_p=np.float32(0.5), rng=0)
+    assert out.tolist() == [1]

@@ -28,6 +28,7 @@ def generate(
     *,
     temperature=0.0,
     top_k=None,
+    top_p=None,
     rng=None,
     use_cache=True,
     keep=None,
@@ -49,6 +50,9 @@ def generate(
         0 = greedy; otherwise sampling at this temperature (see
         :func:`~transformer_np.sampling.sample_next`).
     top_k : int, optional
+    top_p : float, optional
+        Nucleus sampling: ``0 < top_p <= 1``, None or 1.0 for no cut (see
+        :func:`~transformer_np.sampling.sample_next`).
     rng : np.random.Generator or int, optional
     use_cache : bool, default True
         False recomputes the whole context at every step (the slow reference).
@@ -83,6 +87,7 @@ def generate(
         max_new_tokens,
         temperature=temperature,
         top_k=top_k,
+        top_p=top_p,
         rng=rng,
         use_cache=use_cache,
         keep=keep,
@@ -98,6 +103,7 @@ def stream(
     *,
     temperature=0.0,
     top_k=None,
+    top_p=None,
     rng=None,
     use_cache=True,
     keep=None,
@@ -130,7 +136,9 @@ def stream(
         cache = model.new_cache(size) if use_cache else None
         logits = next_logits(model, model.forward, context, kv_cache=cache)  # the prefill
         for step in range(max_new_tokens):
-            token = sample_next.unchecked(logits, temperature=temperature, top_k=top_k, rng=rng)
+            token = sample_next.unchecked(
+                logits, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng
+            )
             context = np.concatenate([context, token[:, None]], axis=1)  # (B, T + 1)
             yield token  # (B,)
             if step + 1 == max_new_tokens:
@@ -155,6 +163,7 @@ def translate(
     eos_id=None,
     temperature=0.0,
     top_k=None,
+    top_p=None,
     rng=None,
     use_cache=True,
 ):
@@ -176,7 +185,7 @@ def translate(
         A sequence that produces it is finished: the positions after it are filled with
         ``pad_id`` (or ``eos_id`` without padding), and generation stops when every sequence
         has finished. Not ``pad_id``, which is never generated.
-    temperature, top_k, rng
+    temperature, top_k, top_p, rng
         As in :func:`~transformer_np.sampling.sample_next`; ``temperature=0`` is greedy decoding.
     use_cache : bool, default True
 
@@ -216,7 +225,9 @@ def translate(
             )
             if pad is not None:  # padding is not a word: never generated
                 logits[:, pad] = -np.inf
-            token = sample_next.unchecked(logits, temperature=temperature, top_k=top_k, rng=rng)
+            token = sample_next.unchecked(
+                logits, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng
+            )
             if eos_id is not None:
                 token = np.where(done, fill, token)
                 done |= token == eos_id

@@ -28,7 +28,7 @@ from .models import check_ids
 # -- generate and stream ------------------------------------------------------------------------
 
 
-def check_stream(model, prompt, max_new_tokens, temperature, top_k, rng, use_cache, keep):
+def check_stream(model, prompt, max_new_tokens, temperature, top_k, top_p, rng, use_cache, keep):
     cfg = getattr(model, "config", None)
     if not isinstance(cfg, LanguageModelConfig | LlamaConfig):
         raise TypeError(
@@ -40,16 +40,18 @@ def check_stream(model, prompt, max_new_tokens, temperature, top_k, rng, use_cac
         "model": model,
         "prompt": prompt.astype(np.int64, copy=False),
         "max_new_tokens": n_new,
-        **check_sampling(temperature, top_k, cfg.vocab_size),
+        **check_sampling(temperature, top_k, top_p, cfg.vocab_size),
         "rng": check_rng(rng),
         "use_cache": check_bool(use_cache, "use_cache"),
         "keep": check_keep(keep, cfg.max_len, prompt.shape[1], n_new),
     }
 
 
-def check_generate(model, prompt, max_new_tokens, temperature, top_k, rng, use_cache, keep):
+def check_generate(model, prompt, max_new_tokens, temperature, top_k, top_p, rng, use_cache, keep):
     """As :func:`check_stream`, and the tokens generate returns must fit in memory."""
-    checked = check_stream(model, prompt, max_new_tokens, temperature, top_k, rng, use_cache, keep)
+    checked = check_stream(
+        model, prompt, max_new_tokens, temperature, top_k, top_p, rng, use_cache, keep
+    )
     B, T0 = checked["prompt"].shape
     memory = physical_memory()
     if memory is not None and B * (T0 + checked["max_new_tokens"]) * 8 > memory:
@@ -96,7 +98,7 @@ def check_keep(keep, max_len, T0, n_new):
 # -- translate ----------------------------------------------------------------------------------
 
 
-def check_translate(model, src, max_len, bos_id, eos_id, temperature, top_k, rng, use_cache):
+def check_translate(model, src, max_len, bos_id, eos_id, temperature, top_k, top_p, rng, use_cache):
     cfg = getattr(model, "config", None)
     if not isinstance(cfg, TransformerConfig):
         raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
@@ -132,7 +134,7 @@ def check_translate(model, src, max_len, bos_id, eos_id, temperature, top_k, rng
         "max_len": n_new,
         "bos_id": bos_id,
         "eos_id": eos_id,
-        **check_sampling(temperature, top_k, V),
+        **check_sampling(temperature, top_k, top_p, V),
         "rng": check_rng(rng),
         "use_cache": check_bool(use_cache, "use_cache"),
     }
@@ -151,17 +153,18 @@ def check_token_id(token, name, vocab_size, *, optional=False) -> int:
 # -- sample_next --------------------------------------------------------------------------------
 
 
-def check_sample_next(logits, temperature, top_k, rng):
+def check_sample_next(logits, temperature, top_k, top_p, rng):
     logits = check_logits(logits)
     return {
         "logits": logits,
-        **check_sampling(temperature, top_k, logits.shape[-1]),
+        **check_sampling(temperature, top_k, top_p, logits.shape[-1]),
         "rng": check_rng(rng),
     }
 
 
-def check_sampling(temperature, top_k, vocab_size) -> dict:
-    """``{"temperature": float >= 0, "top_k": int in [1, vocab_size] or None}``, checked."""
+def check_sampling(temperature, top_k, top_p, vocab_size) -> dict:
+    """``{"temperature": float >= 0, "top_k": int in [1, vocab_size] or None,
+    "top_p": float in (0, 1] or None}``, checked."""
     if isinstance(temperature, bool | np.bool_) or not isinstance(temperature, numbers.Real):
         raise TypeError(
             f"temperature must be a number >= 0 (0 = greedy), got {temperature!r} "
@@ -178,7 +181,15 @@ def check_sampling(temperature, top_k, vocab_size) -> dict:
         if not 1 <= top_k <= vocab_size:
             raise ValueError(f"top_k must be in [1, vocab_size = {vocab_size}], got {top_k}")
         top_k = int(top_k)
-    return {"temperature": t, "top_k": top_k}
+    if top_p is not None:
+        if isinstance(top_p, bool | np.bool_) or not isinstance(top_p, numbers.Real):
+            raise TypeError(
+                f"top_p must be a number in (0, 1] or None, got {top_p!r} ({type(top_p).__name__})"
+            )
+        top_p = float(top_p)
+        if not 0 < top_p <= 1:  # NaN fails too
+            raise ValueError(f"top_p must be a number in (0, 1], got {top_p}")
+    return {"temperature": t, "top_k": top_k, "top_p": top_p}
 
 
 def check_logits(logits) -> np.ndarray:

