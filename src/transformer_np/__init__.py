@@ -28,6 +28,7 @@ The public API, re-exported from the modules that define it:
 * :mod:`~transformer_np.checkpoints` -- save_model, load_model
 * :mod:`~transformer_np.decoding` -- generate, stream, translate
 * :mod:`~transformer_np.sampling` -- sample_next (greedy, temperature, top-k)
+* :mod:`~transformer_np.evaluation` -- perplexity, bits_per_byte
 
 Loaders for real pretrained weights live in :mod:`transformer_np.pretrained` (extra dependencies).
 """
@@ -40,6 +41,7 @@ from .clipping import clip_grad_norm
 from .config import LanguageModelConfig, LlamaConfig, TransformerConfig
 from .decoding import generate, stream, translate
 from .embedding import Embedding, TiedOutput
+from .evaluation import bits_per_byte, perplexity
 from .feed_forward import FeedForward
 from .functional import erf, gelu, layer_norm, log_softmax, relu, softmax
 from .layers import Dropout, LayerNorm, Linear
@@ -85,6 +87,8 @@ __all__ = [
     "cross_entropy",
     "fit",
     "generate",
+    "perplexity",
+    "bits_per_byte",
     "stream",
     "load_model",
     "noam_lr",
