@@ -84,9 +84,9 @@ from timed_calls import TimedProcess, cpu_model, serve, worker_env
 
 HERE = Path(__file__).resolve().parent
 # The results the site reads are package data (one copy, read in the repository and from a wheel);
-# the tables and the plot made from them are only for the site build and stay here.
+# the plot made from them stays here (the results page's tables: write_results_page.py).
 DEFAULT_OUT = HERE.parent / "src" / "transformer_np" / "data" / "attention.json"
-DEFAULT_TABLES = HERE / "results" / "attention"
+DEFAULT_PLOT = HERE / "results" / "attention.svg"
 IMPLS = ("naive", "sdpa", "sdpa_nw", "blockwise", "products", "products_exp", "torch")
 # measured at every big n: they do not hold the n x n matrix (products: one chunk per thread)
 BIG_ONLY = ("sdpa_nw", "blockwise", "products", "products_exp", "torch")
@@ -553,113 +553,6 @@ def drive(args) -> dict:
     }
 
 
-# Short, so that the 7 columns fit the page; the caption says what `sdpa` stands for.
-NAMES = {
-    "naive": {"en": "naive NumPy", "it": "NumPy ingenua"},
-    "sdpa": "`sdpa`",
-    "sdpa_nw": {"en": "`sdpa`, output only", "it": "`sdpa`, solo output"},
-    "blockwise": "`blockwise_attention`",
-    "products": {"en": "two products only \u2020", "it": "solo i due prodotti \u2020"},
-    "products_exp": {
-        "en": "two products + `np.exp` \u2020",
-        "it": "due prodotti + `np.exp` \u2020",
-    },
-    "torch": "PyTorch SDPA",
-}
-
-
-def impl_name(impl: str, lang: str) -> str:
-    name = NAMES[impl]
-    return name[lang] if isinstance(name, dict) else name
-
-
-TABLE_TEXT = {
-    "en": {
-        "header": [
-            "implementation",
-            "n",
-            "time (ms)",
-            "GFLOP/s",
-            "% of matmul peak",
-            "× PyTorch",
-            "peak extra memory (MiB)",
-        ],
-        "caption": "`sdpa` = `scaled_dot_product_attention`; \u2020 not attention, only its two "
-        "matrix products (and `np.exp` of every score), in the chunks of rows and threads of "
-        "`sdpa`. "
-        "float32, batch 1, {heads} heads, d_head {d}; time: median of the timed "
-        "calls; × PyTorch: PyTorch's median time / this one (above 1 = faster). % of peak: of a "
-        "float32 {pn}×{pn} matrix product timed in the same rounds ({peak:.1f} GFLOP/s, median "
-        "over the sizes). Machine: {cpu}, {cores} cores, {mem} GB of RAM; NumPy {numpy} ({blas}), "
-        "PyTorch {torch}; {date}; load average {l0:.2f} at the start, {l1:.2f} at the end.",
-        "extrapolated": "\\* not measured at this n (the n × n scores would need {need:.1f} GB): "
-        "time and memory extrapolated from n = {base}, multiplied by (n / {base})².",
-    },
-    "it": {
-        "header": [
-            "implementazione",
-            "n",
-            "tempo (ms)",
-            "GFLOP/s",
-            "% del picco matmul",
-            "× PyTorch",
-            "memoria extra di picco (MiB)",
-        ],
-        "caption": "`sdpa` = `scaled_dot_product_attention`; \u2020 non è attention, solo i suoi "
-        "due prodotti di matrici (e `np.exp` di ogni punteggio), con i gruppi di righe e i "
-        "thread di `sdpa`. float32, batch 1, {heads} teste, d_head {d}; tempo: mediana delle "
-        "chiamate cronometrate; × PyTorch: tempo mediano di PyTorch / questo (sopra 1 = più "
-        "veloce). "
-        "% del "
-        "picco: di un prodotto di matrici float32 {pn}×{pn} cronometrato negli stessi giri "
-        "({peak:.1f} GFLOP/s, mediana sulle dimensioni n). Macchina: {cpu}, {cores} core, "
-        "{mem} GB di RAM; NumPy {numpy} ({blas}), PyTorch {torch}; {date}; carico medio "
-        "{l0:.2f} all'inizio, {l1:.2f} alla fine.",
-        "extrapolated": "\\* non misurato a questo n (i punteggi n × n richiederebbero "
-        "{need:.1f} GB): tempo e memoria estrapolati da n = {base}, "
-        "moltiplicati per (n / {base})².",
-    },
-}
-
-
-def markdown_table(res: dict, lang: str = "en") -> str:
-    """The results as a Markdown table with a caption naming the machine, in ``lang``."""
-    text, m, mp = TABLE_TEXT[lang], res["machine"], res["matmul_peak"]
-    lines = ["| " + " | ".join(text["header"]) + " |", "|---|--:|--:|--:|--:|--:|--:|"]
-    for r in res["rows"]:
-        star = "" if r["measured"] else " \\*"
-        vs = f"{r['vs_torch']:.2f}" if r.get("vs_torch") is not None else "–"
-        lines.append(
-            f"| {impl_name(r['impl'], lang)}{star} | {r['n']} | {r['median_s'] * 1e3:.1f} | "
-            f"{r['gflops']:.1f} | {r['pct_peak']:.0f} | {vs} | "
-            f"{r['peak_extra_bytes'] / 2**20:.1f} |"
-        )
-    lines += [
-        "",
-        text["caption"].format(
-            heads=HEADS,
-            d=D_HEAD,
-            peak=mp["gflops"],
-            pn=mp["n"],
-            cpu=m["cpu"],
-            cores=m["cores_available"],
-            mem=m["memory_gb"],
-            numpy=m["numpy"],
-            blas=m["blas"],
-            torch=m["torch"],
-            date=m["date"],
-            l0=m["loadavg_start"][0],
-            l1=m["loadavg_end"][0],
-        ),
-    ]
-    for r in res["rows"]:
-        if not r["measured"]:
-            need = estimated_need(r["impl"], r["n"]) / 1e9
-            lines += ["", text["extrapolated"].format(need=need, base=r["extrapolated_from"])]
-            break
-    return "\n".join(lines) + "\n"
-
-
 def plot(res: dict, path: Path) -> None:
     """Draw ``res`` with the site's figure module (figures/attention_benchmark.py), as SVG."""
     import importlib.util
@@ -683,11 +576,11 @@ def main(argv=None) -> int:
         help="JSON path (default: the package data folder)",
     )
     p.add_argument(
-        "--tables",
+        "--plot",
         type=Path,
         default=None,
-        help="path without suffix of the .md / .it.md tables and the .svg plot (default: "
-        "benchmarks/results/attention, or next to --out when --out is given)",
+        help="path of the .svg plot (default: benchmarks/results/attention.svg, or next to "
+        "--out when --out is given)",
     )
     p.add_argument("--quick", action="store_true", help="tiny sizes, few reps: a smoke run")
     p.add_argument("--sizes", type=int, nargs="+", default=None)
@@ -722,7 +615,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--tables-only",
         action="store_true",
-        help="measure nothing: rewrite the tables (and plot) of the results already in --out",
+        help="measure nothing: redraw the plot of the results already in --out",
     )
     p.add_argument("--worker", nargs=2, metavar=("IMPL", "N"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -757,24 +650,20 @@ def main(argv=None) -> int:
         res.update(summary(res))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(res, indent=1) + "\n")
-    if args.tables is not None:
-        stem = args.tables
+    if args.plot is not None:
+        svg = args.plot
     else:
-        stem = DEFAULT_TABLES if out.resolve() == DEFAULT_OUT.resolve() else out.with_suffix("")
-    md, md_it, svg = (stem.with_name(stem.name + s) for s in (".md", ".it.md", ".svg"))
-    md.parent.mkdir(parents=True, exist_ok=True)
-    table = markdown_table(res, "en")
-    md.write_text(table)
-    md_it.write_text(markdown_table(res, "it"))
+        svg = DEFAULT_PLOT if out.resolve() == DEFAULT_OUT.resolve() else out.with_suffix(".svg")
     if not args.no_plot:
+        svg.parent.mkdir(parents=True, exist_ok=True)
         plot(res, svg)
-    print(table)
     if "sizes" in res:
         print(header(res))
         print(table_of(res))
+    # The results page's tables are written from the JSON by write_results_page.py.
     print(
-        f"wrote {'' if args.tables_only else f'{out}, '}{md}, {md_it}"
-        + ("" if args.no_plot else f", {svg}"),
+        f"wrote {'' if args.tables_only else f'{out}'}"
+        + ("" if args.no_plot else f"{'' if args.tables_only else ', '}{svg}"),
         file=sys.stderr,
     )
     return 0
