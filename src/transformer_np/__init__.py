@@ -27,6 +27,7 @@ The public API, re-exported from the modules that define it:
 * :mod:`~transformer_np.train` -- train_step, fit, TrainingDiverged
 * :mod:`~transformer_np.checkpoints` -- save_model, load_model
 * :mod:`~transformer_np.decoding` -- generate, stream, translate
+* :mod:`~transformer_np.beam` -- beam_search (with the key/value cache)
 * :mod:`~transformer_np.sampling` -- sample_next (greedy, temperature, top-k)
 * :mod:`~transformer_np.evaluation` -- perplexity, bits_per_byte
 
@@ -34,6 +35,7 @@ Loaders for real pretrained weights live in :mod:`transformer_np.pretrained` (ex
 """
 
 from .attention import attention_backward, attention_steps, scaled_dot_product_attention
+from .beam import beam_search
 from .blocks import DecoderBlock, EncoderBlock
 from .blockwise import blockwise_attention
 from .checkpoints import load_model, save_model
@@ -87,6 +89,7 @@ __all__ = [
     "cross_entropy",
     "fit",
     "generate",
+    "beam_search",
     "perplexity",
     "bits_per_byte",
     "stream",

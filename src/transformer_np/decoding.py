@@ -15,6 +15,7 @@ import numpy as np
 
 from ._checks.boundary import checked, run_or_blame
 from ._checks.generation import check_generate, check_stream, check_translate
+from .beam import beam_search
 from .sampling import sample_next
 
 __all__ = ["generate", "stream", "translate"]
@@ -32,6 +33,11 @@ def generate(
     rng=None,
     use_cache=True,
     keep=None,
+    num_beams=1,
+    length_penalty=0.6,
+    early_stopping=False,
+    eos_id=None,
+    penalty="gnmt",
 ):
     """Continue ``prompt`` with a :class:`~transformer_np.model.LanguageModel` (or a
     :class:`~transformer_np.llama.LlamaModel`): the tokens of :func:`stream`, collected.
@@ -63,11 +69,22 @@ def generate(
         Both paths apply the same rule, so they give the same tokens. A model with
         ``max_len = 1`` has no room for a window that slides (``keep`` must be in
         ``[1, max_len)``): it can only add one token to a one-token prompt.
+    num_beams : int, default 1
+        1 decodes greedily or samples, as above. More runs
+        :func:`~transformer_np.beam.beam_search` with ``length_penalty``, ``early_stopping``,
+        ``eos_id`` and ``penalty`` (one prompt, B = 1; no sampling argument, no ``keep``).
+    length_penalty : float, default 0.6
+    early_stopping : bool or "never", default False
+    eos_id : int, optional
+        Beam search only: the end token (greedy decoding and sampling do not stop: break out
+        of :func:`stream` instead).
+    penalty : {"gnmt", "transformers"}, default "gnmt"
 
     Returns
     -------
     ndarray of int64, shape (B, T0 + max_new_tokens)
-        The prompt followed by the new tokens.
+        The prompt followed by the new tokens. With ``num_beams > 1``: shape (1, T0 + L),
+        the best hypothesis, ``L <= max_new_tokens`` (shorter when it ends with ``eos_id``).
 
     Examples
     --------
@@ -81,6 +98,19 @@ def generate(
     >>> bool((out == generate(lm, np.array([[1, 2, 3]]), 12, use_cache=False)).all())
     True
     """
+    if num_beams > 1:  # the most probable sequence, not one token at a time
+        sequences, _ = beam_search.unchecked(
+            model,
+            prompt,
+            max_new_tokens,
+            num_beams=num_beams,
+            length_penalty=length_penalty,
+            early_stopping=early_stopping,
+            eos_id=eos_id,
+            penalty=penalty,
+            use_cache=use_cache,
+        )
+        return sequences  # (1, T0 + L)
     steps = stream.unchecked(
         model,
         prompt,

@@ -21,6 +21,7 @@ import numpy as np
 from ._checks.boundary import checked
 from ._checks.functions import check_merge_heads, check_split_heads
 from ._checks.general import as_grad
+from ._checks.generation import check_kv_reorder
 from ._checks.models import check_kv_append, check_kv_length, check_mha_call, check_mha_init
 from .attention import attention_backward, scaled_dot_product_attention
 from .layers import Linear
@@ -91,6 +92,26 @@ class KVCache:
         self._values[:, :, t0 : t0 + n] = v
         self._length = t0 + n
         return self.stored()
+
+    def reorder(self, indices):
+        """Keep the batch rows ``indices`` (B',) of the stored keys and values, in place.
+
+        Row i of the cache becomes row ``indices[i]`` of the old one, for every stored position
+        (a row may be taken twice, or not at all): beam search calls this when it chooses the
+        beams that continue, each a batch row. With B' = B the buffers are reused; another
+        length B' gives the cache new buffers of that batch size.
+        """
+        keys, values = self.stored()  # (B, Hkv, length, Dh) each
+        idx = check_kv_reorder(indices, keys.shape[0])  # (B',) of rows in [0, B)
+        if idx.size == keys.shape[0]:  # the same batch size: copy into the same buffers
+            keys[:], values[:] = keys[idx], values[idx]  # (B, Hkv, length, Dh), gathered first
+        else:  # another batch size (e.g. one prompt row to num_beams rows): new buffers
+            B, H, _, Dh = self._keys.shape
+            new_keys = np.empty((idx.size, H, self.max_len, Dh), self._keys.dtype)
+            new_values = np.empty((idx.size, H, self.max_len, Dh), self._values.dtype)
+            new_keys[:, :, : self._length] = keys[idx]
+            new_values[:, :, : self._length] = values[idx]
+            self._keys, self._values = new_keys, new_values
 
     def stored(self):
         """The stored keys and values, (B, Hkv, length, Dh) each (views, no copy)."""

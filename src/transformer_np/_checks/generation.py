@@ -47,10 +47,70 @@ def check_stream(model, prompt, max_new_tokens, temperature, top_k, top_p, rng, 
     }
 
 
-def check_generate(model, prompt, max_new_tokens, temperature, top_k, top_p, rng, use_cache, keep):
-    """As :func:`check_stream`, and the tokens generate returns must fit in memory."""
+def check_generate(
+    model,
+    prompt,
+    max_new_tokens,
+    temperature,
+    top_k,
+    top_p,
+    rng,
+    use_cache,
+    keep,
+    num_beams,
+    length_penalty,
+    early_stopping,
+    eos_id,
+    penalty,
+):
+    """As :func:`check_stream`, and the tokens generate returns must fit in memory; with
+    ``num_beams > 1``, as :func:`check_beam_search` (and no sampling argument)."""
+    beams = check_num_beams(num_beams)
+    if beams > 1:
+        given = {
+            "temperature": temperature != 0,
+            "top_k": top_k is not None,
+            "top_p": top_p is not None,
+            "rng": rng is not None,
+            "keep": keep is not None,
+        }
+        wrong = [name for name, set_ in given.items() if set_]
+        if wrong:
+            raise ValueError(
+                f"beam search (num_beams = {beams}) is deterministic and does not slide the "
+                f"window: leave {', '.join(wrong)} at the default (temperature=0, top_k, top_p, "
+                "rng and keep None), or use num_beams=1 to sample"
+            )
+        return {
+            **check_beam_search(
+                model,
+                prompt,
+                max_new_tokens,
+                beams,
+                length_penalty,
+                early_stopping,
+                eos_id,
+                penalty,
+                use_cache,
+            ),
+            "temperature": 0.0,
+            "top_k": None,
+            "top_p": None,
+            "rng": None,
+            "keep": None,
+        }
+    if eos_id is not None:
+        raise ValueError(
+            f"eos_id = {eos_id!r} is read by beam search only (num_beams > 1): greedy decoding "
+            "and sampling (num_beams=1) do not stop at an end token; iterate over stream(...) "
+            "and break at it instead"
+        )
     checked = check_stream(
         model, prompt, max_new_tokens, temperature, top_k, top_p, rng, use_cache, keep
+    )
+    # the beam options are unused with one beam, but must be well formed
+    checked.update(
+        num_beams=1, eos_id=None, **check_beam_options(length_penalty, early_stopping, penalty)
     )
     B, T0 = checked["prompt"].shape
     memory = physical_memory()
@@ -63,6 +123,84 @@ def check_generate(model, prompt, max_new_tokens, temperature, top_k, top_p, rng
             f"keeping them. Got max_new_tokens = {max_new_tokens}"
         )
     return checked
+
+
+# -- beam_search --------------------------------------------------------------------------------
+
+PENALTIES = ("gnmt", "transformers")
+
+
+def check_beam_search(
+    model, prompt, max_new_tokens, num_beams, length_penalty, early_stopping, eos_id, penalty,
+    use_cache,
+):  # fmt: skip
+    cfg = getattr(model, "config", None)
+    if not isinstance(cfg, LanguageModelConfig | LlamaConfig):
+        raise TypeError(
+            f"model must be a LanguageModel or a LlamaModel, got {type(model).__name__}"
+        )
+    prompt = check_ids(prompt, "prompt", cfg.vocab_size, cfg.max_len, 0, model.context_limit)
+    if prompt.shape[0] != 1:
+        raise ValueError(
+            f"beam search takes one prompt (shape (1, T0)), got {prompt.shape[0]} "
+            f"(shape {shape_str(prompt.shape)}): call it once per prompt"
+        )
+    n_new = check_positive_int(max_new_tokens, "max_new_tokens")
+    T0 = prompt.shape[1]
+    if T0 + n_new - 1 > cfg.max_len:
+        raise ValueError(
+            f"max_new_tokens must be at most {cfg.max_len - T0 + 1}: beam search does not slide "
+            f"the window, so the prompt ({T0} tokens) and the tokens fed back "
+            f"(max_new_tokens - 1) must fit in max_len = {cfg.max_len}. "
+            f"Got max_new_tokens = {n_new}"
+        )
+    beams = check_num_beams(num_beams)
+    if 2 * beams > cfg.vocab_size:
+        raise ValueError(
+            f"num_beams must be at most vocab_size / 2 = {cfg.vocab_size // 2}: each step keeps "
+            f"2 * num_beams candidates, and the first has only the vocab_size = {cfg.vocab_size} "
+            f"continuations of the prompt. Got num_beams = {beams}"
+        )
+    return {
+        "model": model,
+        "prompt": prompt.astype(np.int64, copy=False),
+        "max_new_tokens": n_new,
+        "num_beams": beams,
+        **check_beam_options(length_penalty, early_stopping, penalty),
+        "eos_id": None
+        if eos_id is None
+        else check_token_id(eos_id, "eos_id", cfg.vocab_size, optional=True),  # fmt: skip
+        "use_cache": check_bool(use_cache, "use_cache"),
+    }
+
+
+def check_num_beams(num_beams) -> int:
+    return check_positive_int(num_beams, "num_beams")
+
+
+def check_beam_options(length_penalty, early_stopping, penalty) -> dict:
+    """``{"length_penalty": finite float, "early_stopping": True, False or "never",
+    "penalty": "gnmt" or "transformers"}``, checked."""
+    if isinstance(length_penalty, bool | np.bool_) or not isinstance(length_penalty, numbers.Real):
+        raise TypeError(
+            f"length_penalty must be a number (the exponent alpha), got {length_penalty!r} "
+            f"({type(length_penalty).__name__})"
+        )
+    alpha = float(length_penalty)
+    if not math.isfinite(alpha):
+        raise ValueError(f"length_penalty must be a finite number, got {alpha}")
+    if not (isinstance(early_stopping, bool | np.bool_) or early_stopping == "never"):
+        raise ValueError(
+            f'early_stopping must be True, False or "never" (as in transformers), '
+            f"got {early_stopping!r}"
+        )
+    if not isinstance(penalty, str) or penalty not in PENALTIES:
+        raise ValueError(
+            f'penalty must be "gnmt" (((5 + n) / 6) ** alpha, the paper\'s) or "transformers" '
+            f"(n ** alpha), got {penalty!r}"
+        )
+    stopping = early_stopping if isinstance(early_stopping, str) else bool(early_stopping)
+    return {"length_penalty": alpha, "early_stopping": stopping, "penalty": penalty}
 
 
 def physical_memory() -> int | None:
@@ -211,3 +349,20 @@ def check_logits(logits) -> np.ndarray:
             "expected at least one finite score per row"
         )
     return logits
+
+
+# -- KVCache.reorder ----------------------------------------------------------------------------
+
+
+def check_kv_reorder(indices, batch_size) -> np.ndarray:
+    """``indices`` as a non-empty 1-D intp array of batch rows in [0, batch_size)."""
+    expected = f"a non-empty 1-D array of integer batch rows in [0, {batch_size})"
+    idx = np.asarray(indices)
+    if idx.dtype == bool or not np.issubdtype(idx.dtype, np.integer):
+        raise TypeError(f"indices must be {expected}, got dtype {idx.dtype}")
+    if idx.ndim != 1 or idx.size == 0:
+        raise ValueError(f"indices must be {expected}, got shape {shape_str(idx.shape)}")
+    if idx.min() < 0 or idx.max() >= batch_size:
+        bad = idx[(idx < 0) | (idx >= batch_size)]
+        raise ValueError(f"indices must be {expected}, got {int(bad[0])}")
+    return idx.astype(np.intp, copy=False)

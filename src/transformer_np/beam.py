@@ -1,0 +1,167 @@
+r"""Beam search with the key/value cache, for the decoder-only models.
+
+Greedy decoding keeps the one most probable token at each step; beam search keeps the
+``num_beams`` most probable *sequences* (the beams), each a row of the batch. At every step
+each beam proposes all its continuations, the best ones become the new beams, and the cache
+follows them (:meth:`~transformer_np.multi_head.KVCache.reorder`): nothing is recomputed. A
+beam that produces the end token is finished; its score is its summed log-probability divided
+by a length penalty, since longer sequences have more terms and so lower sums. Page:
+decoding.md.
+
+Shape glossary: T0 prompt length, V vocabulary, R running beams (1, then ``num_beams``),
+K = 2 ``num_beams`` candidates per step, n tokens generated so far.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._checks.boundary import checked, run_or_blame
+from ._checks.generation import check_beam_search
+from .functional import log_softmax
+
+__all__ = ["beam_search"]
+
+
+@checked(check_beam_search)
+def beam_search(
+    model,
+    prompt,
+    max_new_tokens,
+    *,
+    num_beams,
+    length_penalty=0.6,
+    early_stopping=False,
+    eos_id=None,
+    penalty="gnmt",
+    use_cache=True,
+):
+    r"""Continue ``prompt`` with the most probable sequence that beam search finds.
+
+    The model runs in evaluation mode (dropout off) and is left in the mode it was in.
+
+    Parameters
+    ----------
+    model : LanguageModel or LlamaModel
+    prompt : ndarray of int, shape (1, T0)
+        One prompt (B = 1: a batch of prompts is refused; call once per prompt). The prompt and
+        the generated tokens must fit in the model's context: ``T0 + max_new_tokens - 1 <=
+        config.max_len`` (the window does not slide during a beam search).
+    max_new_tokens : int
+        The most tokens a hypothesis may have; one that reaches it is finished.
+    num_beams : int
+        How many sequences are kept at each step, with ``2 * num_beams <= vocab_size``.
+        1 is greedy decoding (when no end token comes first).
+    length_penalty : float, default 0.6
+        The exponent alpha of the length penalty (0.6 is the paper's, after Wu et al. 2016).
+    early_stopping : bool or "never", default False
+        When the search ends, as transformers' ``early_stopping``: True stops as soon as
+        ``num_beams`` hypotheses are finished; False also stops when the best running beam,
+        scored at its current length, cannot beat the worst finished hypothesis; "never" scores
+        it at the most favourable length (``max_new_tokens`` when alpha > 0).
+    eos_id : int, optional
+        The end token: a beam that produces it is finished (the token included).
+    penalty : {"gnmt", "transformers"}, default "gnmt"
+        The length penalty lp(n) that divides a hypothesis' summed log-probability, n being the
+        number of generated tokens: "gnmt" is ``((5 + n) / 6) ** alpha`` (Wu et al. 2016, eq. 14),
+        "transformers" is ``n ** alpha`` (Hugging Face's convention, whose search this follows).
+    use_cache : bool, default True
+        False recomputes the whole context of every beam at every step (the slow reference:
+        the same sequences, and the same scores up to rounding).
+
+    Returns
+    -------
+    sequences : ndarray of int64, shape (1, T0 + L), 1 <= L <= max_new_tokens
+        The prompt followed by the best hypothesis (ending with ``eos_id`` if it produced it).
+    scores : ndarray of float64, shape (1,)
+        Its score: summed log-probability / lp(L) (transformers' ``sequences_scores``).
+
+    Notes
+    -----
+    .. math:: s(Y) = \frac{\log P(Y \mid X)}{lp(Y)}, \qquad
+              lp(Y) = \left(\frac{5 + |Y|}{6}\right)^{\alpha}
+              \ \text{(GNMT)} \quad\text{or}\quad |Y|^{\alpha}\ \text{(transformers)}
+
+    The search is transformers' (``generate(num_beams=...)``, version 5): at each step the
+    ``2 * num_beams`` best continuations of all beams are taken; those among the first
+    ``num_beams`` that end (the end token, or ``max_new_tokens``) join the finished hypotheses,
+    of which the best ``num_beams`` are kept; the first ``num_beams`` that do not end are the
+    new beams. GNMT's coverage penalty (for translation) is not applied.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from transformer_np.model import LanguageModel, LanguageModelConfig
+    >>> lm = LanguageModel(LanguageModelConfig(vocab_size=10, d_model=16, n_heads=2), rng=0)
+    >>> seq, score = beam_search(lm, np.array([[1, 2, 3]]), 5, num_beams=3, eos_id=0)
+    >>> seq.shape[0], 4 <= seq.shape[1] <= 8, bool(score[0] < 0)
+    (1, True, True)
+    """
+    V, T0 = model.config.vocab_size, prompt.shape[1]
+    K = 2 * num_beams  # candidates per step: enough for num_beams beams that do not end
+
+    tokens = np.zeros((1, 0), dtype=np.int64)  # (R, n): the generated tokens of each beam
+    scores = np.zeros(1)  # (R,): their summed log-probabilities
+    finished = []  # [(score, tokens (n,))], best first, at most num_beams
+    with model.evaluation_mode():
+        # the last token is never fed back: the cache holds at most T0 + max_new_tokens - 1
+        cache = model.new_cache(T0 + max_new_tokens - 1) if use_cache else None
+        logits = _next_logits(model, prompt, kv_cache=cache)  # (1, V): prefill
+        for step in range(max_new_tokens):
+            n = step + 1  # the length of the candidates
+            # 1. Every continuation of every beam, scored by its summed log-probability.
+            total = scores[:, None] + log_softmax.unchecked(logits.astype(np.float64))  # (R, V)
+            flat = total.ravel()  # (R V,)
+            # 2. The K best, best first: the beam each continues and its new token.
+            best = np.argsort(-flat, kind="stable")[:K]  # (K,)
+            source, token = np.divmod(best, V)  # (K,) each
+            candidate = flat[best]  # (K,)
+            ends = np.full(K, n == max_new_tokens)  # (K,): at max_new_tokens every one ends
+            if eos_id is not None:
+                ends |= token == eos_id
+            # 3. Those among the first num_beams that end are finished hypotheses: keep the
+            #    best num_beams of them (the earlier first among equal scores).
+            lp = _divisor(n, length_penalty, penalty)
+            for i in np.flatnonzero(ends[:num_beams]):
+                sequence = np.append(tokens[source[i]], token[i])  # (n,)
+                finished.append((float(candidate[i] / lp), sequence))
+            finished = sorted(finished, key=lambda f: -f[0])[:num_beams]
+            if n == max_new_tokens:
+                break
+            # 4. The first num_beams that do not end are the new beams (at most one end token
+            #    per beam among the K, so there are enough).
+            keep = np.flatnonzero(~ends)[:num_beams]  # (num_beams,)
+            rows = source[keep]  # (num_beams,): the beam each new beam continues
+            tokens = np.column_stack([tokens[rows], token[keep]])  # (num_beams, n)
+            scores = candidate[keep]  # (num_beams,), best first
+            # 5. Stop when num_beams hypotheses are finished and (early_stopping=True) that is
+            #    enough, or the best beam, at its most favourable length, cannot beat them.
+            if len(finished) == num_beams:
+                if early_stopping is True:
+                    break
+                length = max_new_tokens if early_stopping == "never" and length_penalty > 0 else n
+                if scores[0] / _divisor(length, length_penalty, penalty) <= finished[-1][0]:
+                    break
+            # 6. The cache follows the beams (a beam is a batch row); then the next logits.
+            if use_cache:
+                for layer_cache in cache:
+                    layer_cache.reorder(rows)  # (R, Hkv, T, Dh) -> (num_beams, Hkv, T, Dh)
+                logits = _next_logits(model, tokens[:, -1:], kv_cache=cache)
+            else:  # the slow reference: every beam's whole context again
+                context = np.column_stack([np.repeat(prompt, len(rows), axis=0), tokens])
+                logits = _next_logits(model, context)  # (num_beams, V)
+    score, sequence = finished[0]
+    return np.concatenate([prompt[0], sequence])[None], np.array([score])
+
+
+def _divisor(n, alpha, penalty):
+    """lp(n), which divides the summed log-probability of a hypothesis of ``n`` tokens:
+    ``((5 + n) / 6) ** alpha`` ("gnmt", Wu et al. 2016) or ``n ** alpha`` ("transformers")."""
+    if penalty == "gnmt":
+        return ((5 + n) / 6) ** alpha
+    return n**alpha
+
+
+def _next_logits(model, ids, **kwargs):
+    """The logits (R, V) of the next token after ``ids`` (R, T): the last position."""
+    return run_or_blame(model, model.forward, ids, **kwargs)[:, -1]
