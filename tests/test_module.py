@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from transformer_np import DecoderBlock, EncoderBlock, LayerNorm, Linear, MultiHeadAttention
-from transformer_np.module import NestedParams
+from transformer_np.module import Module, NestedParams
 
 from helpers import small_language_model
 
@@ -19,14 +19,23 @@ from helpers import small_language_model
 
 
 def test_nested_params_nest_and_reject_unknown_keys():
-    inner = NestedParams({"a": Linear(2, 2, rng=np.random.default_rng(0))})
+    class Inner(Module):
+        def __init__(self):
+            super().__init__()
+            self.add_children(a=Linear(2, 2, rng=np.random.default_rng(0)))
 
-    class Holder:
-        params = inner
+    class Outer(Module):
+        def __init__(self):
+            super().__init__()
+            self.add_children(x=Inner(), ln=LayerNorm(2))
 
-    outer = NestedParams({"x": Holder, "ln": LayerNorm(2)})
+    outer = Outer().params
+    assert isinstance(outer, NestedParams)
     assert list(outer) == ["x.a.W", "x.a.b", "ln.gamma", "ln.beta"]
     assert len(outer) == 4
+    w = np.ones((2, 2))
+    outer["x.a.W"] = w  # a write lands in the leaf's own dict
+    assert outer["x.a.W"] is w
     with pytest.raises(KeyError):
         outer["x.a.nope"] = np.zeros(2)
     with pytest.raises(KeyError):

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks.boundary import checked, run_or_blame
+from ._checks.boundary import checked
 from ._checks.generation import check_beam_search
 from .functional import log_softmax
+from .sampling import next_logits
 
 __all__ = ["beam_search"]
 
@@ -106,7 +107,7 @@ def beam_search(
     with model.evaluation_mode():
         # the last token is never fed back: the cache holds at most T0 + max_new_tokens - 1
         cache = model.new_cache(T0 + max_new_tokens - 1) if use_cache else None
-        logits = _next_logits(model, prompt, kv_cache=cache)  # (1, V): prefill
+        logits = next_logits(model, model.forward, prompt, kv_cache=cache)  # (1, V): prefill
         for step in range(max_new_tokens):
             n = step + 1  # the length of the candidates
             # 1. Every continuation of every beam, scored by its summed log-probability.
@@ -146,10 +147,10 @@ def beam_search(
             if use_cache:
                 for layer_cache in cache:
                     layer_cache.reorder(rows)  # (R, Hkv, T, Dh) -> (num_beams, Hkv, T, Dh)
-                logits = _next_logits(model, tokens[:, -1:], kv_cache=cache)
+                logits = next_logits(model, model.forward, tokens[:, -1:], kv_cache=cache)
             else:  # the slow reference: every beam's whole context again
                 context = np.column_stack([np.repeat(prompt, len(rows), axis=0), tokens])
-                logits = _next_logits(model, context)  # (num_beams, V)
+                logits = next_logits(model, model.forward, context)  # (num_beams, V)
     score, sequence = finished[0]
     return np.concatenate([prompt[0], sequence])[None], np.array([score])
 
@@ -160,8 +161,3 @@ def _divisor(n, alpha, penalty):
     if penalty == "gnmt":
         return ((5 + n) / 6) ** alpha
     return n**alpha
-
-
-def _next_logits(model, ids, **kwargs):
-    """The logits (R, V) of the next token after ``ids`` (R, T): the last position."""
-    return run_or_blame(model, model.forward, ids, **kwargs)[:, -1]

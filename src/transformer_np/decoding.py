@@ -16,7 +16,7 @@ import numpy as np
 from ._checks.boundary import checked, run_or_blame
 from ._checks.generation import check_generate, check_stream, check_translate
 from .beam import beam_search
-from .sampling import sample_next
+from .sampling import next_logits, sample_next
 
 __all__ = ["generate", "stream", "translate"]
 
@@ -265,9 +265,3 @@ def translate(
             if done.all():
                 break
     return tokens[:, 1:]
-
-
-def next_logits(model, step, *args, **kwargs):
-    """The logits (B, V) of the next token: the last position of ``step(*args, **kwargs)``,
-    a forward pass of ``model`` (its bad parameter named if the logits are not finite)."""
-    return run_or_blame(model, step, *args, **kwargs)[:, -1]

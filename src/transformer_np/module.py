@@ -27,39 +27,33 @@ __all__ = ["Module", "NotFiniteError"]
 
 
 class NestedParams(MutableMapping):
-    """A live, flat view of the parameter dicts of sub-layers, with dotted keys.
+    """A live, flat view of the parameter dicts of a layer's leaf layers, with dotted keys.
 
-    ``NestedParams({"linear1": lin1, "linear2": lin2})`` has the keys ``"linear1.W"``,
-    ``"linear1.b"``, ... Reading ``view["linear1.W"]`` returns ``lin1.params["W"]`` itself (no
-    copy); assigning ``view["linear1.W"] = w`` stores ``w`` in ``lin1.params``. Keys cannot be
-    added or deleted. Sub-layers may themselves expose a NestedParams (keys nest:
-    ``"ff.linear1.W"``). ``attr`` selects the dict to view (``"params"``, or ``"grads"``).
+    For a layer ``owner`` with children ``linear1`` and ``linear2``, the keys are
+    ``"linear1.W"``, ``"linear1.b"``, ... (nested children nest: ``"ff.linear1.W"``; the owner's
+    ``join_key`` makes the names). Reading ``view["linear1.W"]`` returns
+    ``linear1.params["W"]`` itself (no copy); assigning stores the new array in
+    ``linear1.params``. Keys cannot be added or deleted. ``attr`` selects the dicts to view
+    (``"params"``, or ``"grads"``).
     """
 
-    def __init__(self, children: dict, attr: str = "params", owner: Module | None = None):
-        self.children = dict(children)
-        self.attr = attr
-        self.owner = owner if owner is not None else Module  # whose join_key / split_key
-        self._flat = None  # {dotted name: (leaf, key)}, when the owner is a layer
+    def __init__(self, owner: Module, attr: str = "params"):
+        self.owner, self.attr = owner, attr
+        self._flat = None  # {dotted name: (leaf, key)}
 
-    def flat(self) -> dict | None:
+    def flat(self) -> dict:
         """``{dotted name: (leaf layer, key)}`` of the owner's parameters, built once (a model's
         structure is fixed once built): a read is one dict lookup, not one per level."""
-        if self._flat is None and isinstance(self.owner, Module):
+        if self._flat is None:
             self._flat = {name: (leaf, k) for name, leaf, k in self.owner.leaves()}
         return self._flat
 
     def _split(self, key: str):
-        flat = self.flat()
-        if flat is not None:
-            if key not in flat:
-                raise KeyError(key)
-            leaf, rest = flat[key]
-            return getattr(leaf, self.attr), rest
-        name, rest = self.owner.split_key(key)
-        if name not in self.children or not rest:
+        found = self.flat().get(key)
+        if found is None:
             raise KeyError(key)
-        return getattr(self.children[name], self.attr), rest
+        leaf, rest = found
+        return getattr(leaf, self.attr), rest
 
     def __getitem__(self, key):
         d, rest = self._split(key)
@@ -77,13 +71,9 @@ class NestedParams(MutableMapping):
         raise TypeError("parameters cannot be deleted")
 
     def __iter__(self) -> Iterator[str]:
-        flat = self.flat()
-        if flat is not None:
-            yield from (name for name, (leaf, k) in flat.items() if k in getattr(leaf, self.attr))
-            return
-        for name, child in self.children.items():
-            for k in getattr(child, self.attr):
-                yield self.owner.join_key(name, k)
+        for name, (leaf, k) in self.flat().items():
+            if k in getattr(leaf, self.attr):  # (a gradient exists only after backward)
+                yield name
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -136,20 +126,14 @@ class Module:
     def add_children(self, **children: Module) -> None:
         """Register sub-layers: ``params`` and ``grads`` become views with dotted names."""
         self._children.update(children)
-        self.params = NestedParams(self._children, owner=self)
-        self.grads = NestedParams(self._children, "grads", owner=self)
+        self.params = NestedParams(self)
+        self.grads = NestedParams(self, "grads")
         self._leaves = None
 
     @staticmethod
     def join_key(child: str, key: str) -> str:
         """The flat name of a sub-layer's parameter: ``"linear1" + "W" -> "linear1.W"``."""
         return f"{child}.{key}"
-
-    @staticmethod
-    def split_key(name: str) -> tuple[str, str]:
-        """The inverse of :meth:`join_key`: ``"linear1.W" -> ("linear1", "W")``."""
-        child, _, key = name.partition(".")
-        return child, key
 
     def children(self) -> dict[str, Module]:
         """The registered sub-layers, by name."""
@@ -232,8 +216,3 @@ class NamedMaps(Module):
     @staticmethod
     def join_key(child: str, key: str) -> str:
         return f"{key}_{child}"
-
-    @staticmethod
-    def split_key(name: str) -> tuple[str, str]:
-        key, _, child = name.rpartition("_")
-        return child, key

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks.boundary import checked
+from ._checks.boundary import checked, run_or_blame
 from ._checks.generation import check_sample_next
 
 __all__ = ["sample_next"]
@@ -111,3 +111,11 @@ def weights(logits, temperature, top_k, top_p):
         drop[:, -1] = False  # the most probable token always stays (min_tokens_to_keep=1)
         np.put_along_axis(p, order, np.where(drop, 0.0, p_sorted), axis=-1)
     return p
+
+
+def next_logits(model, step, *args, **kwargs):
+    """The logits (B, V) of the next token: the last position of ``step(*args, **kwargs)``,
+    a forward pass of ``model`` (its bad parameter named if the logits are not finite).
+    The generation loops (:mod:`~transformer_np.decoding`, :mod:`~transformer_np.beam`) call
+    it at every step."""
+    return run_or_blame(model, step, *args, **kwargs)[:, -1]

@@ -1,9 +1,8 @@
 """The validators of evaluation: perplexity and bits_per_byte.
 
 Each takes its entry point's arguments by name (defaults filled in) and returns them checked, as
-a dict (see :func:`.boundary.checked`). As in :mod:`.generation`, the model is recognised by its
-configuration: evaluation needs nothing from it but ``config``, ``forward`` and
-``evaluation_mode``.
+a dict (see :func:`.boundary.checked`). The model is recognised by its configuration, as in
+:mod:`.generation` (:func:`.generation.check_decoder_only`).
 """
 
 from __future__ import annotations
@@ -12,8 +11,9 @@ import numbers
 
 import numpy as np
 
-from ..config import LanguageModelConfig, LlamaConfig
 from .general import as_typed_array, check_positive_int, shape_str
+from .generation import check_decoder_only
+from .models import check_id_range
 
 
 def check_perplexity(model, ids, window, stride):
@@ -26,17 +26,6 @@ def check_perplexity(model, ids, window, stride):
 def check_bits_per_byte(model, ids, n_bytes, window, stride):
     checked = check_perplexity(model, ids, window, stride)
     return {**checked, "n_bytes": check_positive_int(n_bytes, "n_bytes")}
-
-
-def check_decoder_only(model):
-    """The configuration of a LanguageModel or a LlamaModel, else a TypeError."""
-    cfg = getattr(model, "config", None)
-    if not isinstance(cfg, LanguageModelConfig | LlamaConfig):
-        raise TypeError(
-            f"model must be a LanguageModel or a LlamaModel (a decoder-only model), "
-            f"got {type(model).__name__}"
-        )
-    return cfg
 
 
 def check_text_ids(ids, vocab_size) -> np.ndarray:
@@ -54,12 +43,7 @@ def check_text_ids(ids, vocab_size) -> np.ndarray:
             f"ids must hold at least 2 tokens (the first one is only context: the model "
             f"predicts tokens 1 .. N - 1), got {arr.shape[0]}"
         )
-    lo, hi = int(arr.min()), int(arr.max())
-    if lo < 0 or hi >= vocab_size:
-        raise ValueError(
-            f"ids must hold token ids in [0, {vocab_size}), got values from {lo} to {hi}"
-        )
-    return arr.astype(np.int64, copy=False)
+    return check_id_range(arr, "ids", vocab_size).astype(np.int64, copy=False)
 
 
 def check_window(window, stride, max_len) -> tuple[int, int]:

@@ -180,6 +180,11 @@ def non_negative_float(text):
     return parsed(text, float, "a finite number >= 0", lambda x: math.isfinite(x) and x >= 0)
 
 
+def probability(text):
+    """argparse type: a number in (0, 1] (the mass that top-p keeps)."""
+    return parsed(text, float, "a number in (0, 1]", lambda p: 0 < p <= 1)
+
+
 def non_empty_text(text):
     """argparse type: a text with something other than spaces."""
     if not text.strip():

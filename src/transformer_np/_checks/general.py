@@ -35,7 +35,6 @@ __all__ = [
     "check_positive_int",
     "check_rng",
     "check_softmax_input",
-    "compute_dtype",
     "first_index",
     "grad_arrays",
     "real_scalar",
@@ -146,11 +145,6 @@ def as_typed_array(x, name: str, kinds: str, expected: str) -> np.ndarray:
     if arr.dtype.kind not in kinds:
         raise TypeError(f"{name} must be {expected}, got dtype {arr.dtype}")
     return arr
-
-
-def compute_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype the computation runs in: float16 is computed in float32, others as they are."""
-    return np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)
 
 
 class NotFiniteError(ValueError):

@@ -28,12 +28,19 @@ from .models import check_ids
 # -- generate and stream ------------------------------------------------------------------------
 
 
-def check_stream(model, prompt, max_new_tokens, temperature, top_k, top_p, rng, use_cache, keep):
+def check_decoder_only(model):
+    """The configuration of a LanguageModel or a LlamaModel, else a TypeError."""
     cfg = getattr(model, "config", None)
     if not isinstance(cfg, LanguageModelConfig | LlamaConfig):
         raise TypeError(
-            f"model must be a LanguageModel or a LlamaModel, got {type(model).__name__}"
+            f"model must be a LanguageModel or a LlamaModel (a decoder-only model), "
+            f"got {type(model).__name__}"
         )
+    return cfg
+
+
+def check_stream(model, prompt, max_new_tokens, temperature, top_k, top_p, rng, use_cache, keep):
+    cfg = check_decoder_only(model)
     prompt = check_ids(prompt, "prompt", cfg.vocab_size, cfg.max_len, 0, model.context_limit)
     n_new = check_positive_int(max_new_tokens, "max_new_tokens")
     return {
@@ -134,11 +141,7 @@ def check_beam_search(
     model, prompt, max_new_tokens, num_beams, length_penalty, early_stopping, eos_id, penalty,
     use_cache,
 ):  # fmt: skip
-    cfg = getattr(model, "config", None)
-    if not isinstance(cfg, LanguageModelConfig | LlamaConfig):
-        raise TypeError(
-            f"model must be a LanguageModel or a LlamaModel, got {type(model).__name__}"
-        )
+    cfg = check_decoder_only(model)
     prompt = check_ids(prompt, "prompt", cfg.vocab_size, cfg.max_len, 0, model.context_limit)
     if prompt.shape[0] != 1:
         raise ValueError(

@@ -286,6 +286,11 @@ def check_ids(ids, name, vocab_size, max_len, start=0, context=None):
             else (f"sequences of length {arr.shape[1]}")
         )
         raise ValueError(f"{name} has {length}, longer than {limit} (max_len = {max_len}); {fix}")
+    return check_id_range(arr, name, vocab_size)
+
+
+def check_id_range(arr, name, vocab_size):
+    """``arr`` (integers, not empty) if every id is in [0, vocab_size), else a ValueError."""
     lo, hi = int(arr.min()), int(arr.max())
     if lo < 0 or hi >= vocab_size:
         raise ValueError(

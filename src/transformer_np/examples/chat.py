@@ -26,8 +26,8 @@ from .._checks.files import (
     non_empty_text,
     non_negative_float,
     non_negative_int,
-    parsed,
     positive_int,
+    probability,
 )
 from ..decoding import stream
 
@@ -131,11 +131,6 @@ def answer(
 # --------------------------------------------------------------------------------------------
 # the command line
 # --------------------------------------------------------------------------------------------
-
-
-def probability(text):
-    """argparse type: a number in (0, 1] (the mass that top-p keeps)."""
-    return parsed(text, float, "a number in (0, 1]", lambda p: 0 < p <= 1)
 
 
 def make_parser():
