@@ -3,25 +3,35 @@ rotary positions (rope_base), as LLaMA's blocks build it.
 
 Sections: values (the same as repeating each key/value head G times, in self-attention with
 RoPE and in cross-attention without; multi-head attention when G = 1 at position 0; the cache
-gives the same output step by step), errors, reference (Hugging Face's LlamaAttention in
-float64 and float32).
+gives the same output step by step), backward (finite differences; the gradients of a shared key
+and value are the sums over their group), errors, reference (Hugging Face's LlamaAttention in
+float64 and float32, and its gradients by PyTorch autograd).
 """
 
 import numpy as np
 import pytest
+from rounding_llama import gqa_rounded
 
 from transformer_np import (
     KVCache,
     MultiHeadAttention,
     apply_rope,
     causal_mask,
+    padding_mask,
     rope_angles,
     softmax,
 )
 from transformer_np.config import LlamaConfig
 
-from helpers import assert_within, hf_llama_config, hf_llama_in_input_dtype, to_torch
-from rounding import TORCH_EXP_ROUNDINGS, TORCH_SCALE_ROUNDINGS, attention_layer_bound
+from helpers import (
+    assert_within,
+    gradcheck_layer,
+    hf_llama_config,
+    hf_llama_in_input_dtype,
+    to_torch,
+    to_torch64,
+)
+from rounding import TORCH_EXP_ROUNDINGS, TORCH_SCALE_ROUNDINGS, attention_layer_bound, exact
 
 # Tolerances: attention_layer_bound (rounding.py) of each computation compared (two of
 # ours, or ours and Hugging Face's), with the rotation's tables (the same on both sides).
@@ -129,6 +139,61 @@ def test_the_shared_angle_table_equals_rope_angles():
 
 
 # ============================================================================================
+# backward
+# ============================================================================================
+
+
+@pytest.mark.parametrize("n_kv_heads", [1, 2, 4])  # groups of 4, of 2, none (rotated)
+def test_backward_matches_finite_differences(rng, n_kv_heads):
+    gqa = grouped(16, 4, n_kv_heads, rope_base=100.0, rng=rng)
+    x = rng.standard_normal((2, 5, 16))
+    mask = causal_mask(5) & padding_mask([5, 3])
+    gradcheck_layer(lambda x: gqa(x, mask=mask)[0], gqa.backward, gqa, [x], rng)
+
+
+def test_backward_of_grouped_cross_attention_matches_finite_differences(rng):
+    gqa = MultiHeadAttention(16, 4, n_kv_heads=2, rng=rng)  # no rotation, with biases
+    x, memory = rng.standard_normal((2, 3, 16)), rng.standard_normal((2, 6, 16))
+    mask = padding_mask([6, 4])
+    gradcheck_layer(lambda a, b: gqa(a, b, mask)[0], gqa.backward, gqa, [x, memory], rng)
+
+
+def test_unbatched_backward(rng):
+    gqa = grouped(16, 4, 2, rng=rng)
+    x, g = rng.standard_normal((2, 5, 16))
+    gqa(x, mask=causal_mask(5))
+    dx = gqa.backward(g)
+    gqa(x[None], mask=causal_mask(5))
+    # exact: the same steps on the same numbers, as a batch of one
+    np.testing.assert_array_equal(dx, gqa.backward(g[None])[0])
+
+
+def test_shared_key_and_value_gradients_sum_over_their_group(rng):
+    # The definition: multi-head attention whose key/value maps repeat each of the Hkv heads
+    # G times (head h reads group h // G). Its gradient with respect to the repeated matrices,
+    # summed over each group's G copies, is the gradient of the shared ones.
+    gqa = grouped(24, 6, 2, rope_base=500.0, rng=rng)
+    full = grouped(24, 6, 6, rope_base=500.0, rng=rng)
+    Dh, G = 4, 3
+    for name in ("W_k", "W_v"):
+        heads = gqa.params[name].reshape(24, 2, 1, Dh)
+        full.params[name] = np.broadcast_to(heads, (24, 2, G, Dh)).reshape(24, 24).copy()
+    full.params["W_q"], full.params["W_o"] = gqa.params["W_q"], gqa.params["W_o"]
+    x, g = rng.standard_normal((2, 2, 7, 24))
+    mask = causal_mask(7)
+    gqa(x, mask=mask)
+    full(x, mask=mask)
+    dx = gqa.backward(g)
+    # both computations are the same layer's (the same bound; the sum over G is counted in it)
+    dx_r, grads_r = gqa_rounded(gqa, exact(x), mask)[1](exact(g))
+    assert_within(full.backward(g), dx, dx_r.tol(np.float64, sides=2), "dx")
+    for name in ("W_k", "W_v"):
+        summed = full.grads[name].reshape(24, 2, G, Dh).sum(axis=2).reshape(24, 8)
+        tol = grads_r[name].tol(np.float64, sides=2)
+        assert_within(gqa.grads[name], summed, tol, f"{name}, summed over the group")
+
+
+# ============================================================================================
 # errors
 # ============================================================================================
 
@@ -154,12 +219,11 @@ def test_wrong_width_is_named(rng):
         grouped(16, 4, 2, rng=rng)(np.ones((1, 2, 8)))
 
 
-@pytest.mark.parametrize("n_kv_heads", [2, 4])  # groups of 2 query heads; no groups, rotated
-def test_no_backward_through_groups_or_rotation(n_kv_heads):
-    # inference only: refused, not a gradient that ignores the groups or the rotation
-    gqa = grouped(16, 4, n_kv_heads, rng=0)
-    gqa(np.ones((1, 2, 16)))
-    with pytest.raises(NotImplementedError, match="inference only"):
+def test_no_backward_after_a_cached_step(rng):
+    # generation keeps no attention weights: refused, not a deep error or a wrong gradient
+    gqa = grouped(16, 4, 2, rng=rng)
+    gqa(rng.standard_normal((1, 2, 16)), kv_cache=KVCache(4))
+    with pytest.raises(RuntimeError, match="after a call with a kv_cache"):
         gqa.backward(np.ones((1, 2, 16)))
 
 
@@ -197,3 +261,33 @@ def test_matches_llama_attention(torch, rng, dtype, monkeypatch):
     out_tol, w_tol = ours["out"] + theirs["out"], ours["weights"] + theirs["weights"]
     assert_within(out, out_ref.detach().numpy(), out_tol, "output vs LlamaAttention")
     assert_within(w, w_ref.detach().numpy(), w_tol, "weights vs LlamaAttention")
+
+
+def test_gradients_match_llama_attention_autograd(torch, rng, monkeypatch):
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    hf_llama_in_input_dtype(monkeypatch)  # its softmax in float64 too
+
+    cfg = LlamaConfig(vocab_size=10, d_model=48, n_layers=1, n_heads=6, n_kv_heads=2, d_ff=8)
+    ref = LlamaAttention(hf_llama_config(cfg), layer_idx=0).to(torch.float64)
+    gqa = grouped(48, 6, 2, rope_base=cfg.rope_base, rng=rng)
+    with torch.no_grad():
+        for name in ("q", "k", "v", "o"):
+            getattr(ref, f"{name}_proj").weight.copy_(to_torch(gqa.params[f"W_{name}"].T))
+    T = 11
+    x, g = rng.standard_normal((2, 2, T, 48))
+    mask = causal_mask(T) & padding_mask([T, 8])
+    cos, sin = rope_angles(np.arange(T), 8, cfg.rope_base)
+    xt = to_torch64(x, requires_grad=True)
+    out_ref, _ = ref(xt, (to_torch(cos)[None], to_torch(sin)[None]),
+                     to_torch(np.where(mask, 0.0, -np.inf)))  # fmt: skip
+    (out_ref * to_torch(g)).sum().backward()
+    gqa(x, mask=mask)
+    dx = gqa.backward(g)
+    # ours and theirs (repeat_kv, then autograd's sums over the copies), on the same tables
+    dx_r, grads_r = gqa_rounded(gqa, exact(x), mask)[1](exact(g))
+    assert_within(dx, xt.grad.numpy(), dx_r.tol(np.float64, sides=2), "dx")
+    for name in ("q", "k", "v", "o"):
+        theirs = getattr(ref, f"{name}_proj").weight.grad.numpy().T
+        tol = grads_r[f"W_{name}"].tol(np.float64, sides=2)
+        assert_within(gqa.grads[f"W_{name}"], theirs, tol, f"W_{name}")

@@ -1,16 +1,27 @@
 """rmsnorm.py: RMS normalisation.
 
 Sections: values (root-mean-square 1 before the gain, invariance to scaling, dtypes), errors,
-reference (Hugging Face's LlamaRMSNorm in float64 and float32).
+backward (finite differences; no gradient along the input, the direction the normalisation
+ignores), reference (Hugging Face's LlamaRMSNorm in float64 and float32, and its gradients by
+PyTorch autograd).
 """
 
 import numpy as np
 import pytest
+from rounding_llama import rms_norm_rounded
 
 from transformer_np import RMSNorm
 
 from helpers import FUNCTION_ROUNDINGS as FR
-from helpers import assert_within, hf_llama_in_input_dtype, rounding_tol, to_torch
+from helpers import (
+    assert_within,
+    gradcheck_layer,
+    hf_llama_in_input_dtype,
+    rounding_tol,
+    to_torch,
+    to_torch64,
+)
+from rounding import exact
 
 
 def rstd_rtol(d, dtype, rsqrt_roundings=2):
@@ -93,6 +104,53 @@ def test_eps_must_be_positive(eps):
 
 
 # ============================================================================================
+# backward
+# ============================================================================================
+
+
+def test_backward_matches_finite_differences(rng):
+    norm = RMSNorm(8)
+    norm.params["gamma"] = rng.standard_normal(8)
+    gradcheck_layer(norm, norm.backward, norm, [rng.standard_normal((2, 5, 8)) + 0.5], rng)
+
+
+def test_gradient_has_no_component_along_the_input(rng):
+    # norm(c x) = norm(x) for c > 0 when eps = 0: along x the loss does not change, so
+    # dL/dx . x = 0. With eps it is exactly (g_hat . x_hat) eps / (ms + eps), for each row.
+    norm = RMSNorm(16, eps=1e-6)
+    norm.params["gamma"] = rng.standard_normal(16)
+    x, g = rng.standard_normal((2, 3, 5, 16))
+    norm(x)
+    dx = norm.backward(g)
+    ms = (x * x).mean(-1)
+    x_hat = x / np.sqrt(ms + 1e-6)[..., None]
+    expected = ((g * norm.params["gamma"]) * x_hat).sum(-1) * 1e-6 / (ms + 1e-6)
+    # dx's bound (rounding_llama) times |x|, the 16 products and their sum, on each row
+    dx_r, _ = rms_norm_rounded(exact(x), norm.params["gamma"], 1e-6)[1](exact(g))
+    tol = (dx_r.tol(np.float64) * np.abs(x)).sum(-1)
+    tol += rounding_tol(np.float64, 16 + 1, (np.abs(dx) * np.abs(x)).sum(-1))
+    assert_within((dx * x).sum(-1), expected, tol, "dL/dx . x")
+
+
+def test_backward_wants_the_gradient_of_the_last_output(rng):
+    norm = RMSNorm(4)
+    norm(rng.standard_normal((2, 4)))
+    with pytest.raises(ValueError, match=r"grad_output must have the shape of the last output"):
+        norm.backward(np.ones((2, 3)))
+
+
+def test_a_frozen_norm_passes_the_gradient_on_and_keeps_none(rng):
+    norm = RMSNorm(4)
+    x, g = rng.standard_normal((2, 3, 4))
+    norm(x)
+    dx = norm.backward(g)
+    norm.freeze()
+    norm(x)
+    np.testing.assert_array_equal(norm.backward(g), dx)
+    assert norm.grads == {}
+
+
+# ============================================================================================
 # reference (Hugging Face transformers)
 # ============================================================================================
 
@@ -114,3 +172,23 @@ def test_matches_llama_rmsnorm(torch, rng, dtype, monkeypatch):
     rtol = rstd_rtol(32, dtype) + rstd_rtol(32, dtype, rsqrt_roundings=FR)
     rtol += rounding_tol(dtype, 4)
     assert_within(norm(x), expected, rtol * np.abs(expected), "RMSNorm - LlamaRMSNorm")
+
+
+def test_gradients_match_llama_rmsnorm_autograd(torch, rng, monkeypatch):
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    hf_llama_in_input_dtype(monkeypatch)
+    norm = RMSNorm(32, eps=1e-5)
+    norm.params["gamma"] = rng.standard_normal(32)
+    ref = LlamaRMSNorm(32, eps=1e-5).to(torch.float64)
+    with torch.no_grad():
+        ref.weight.copy_(to_torch(norm.params["gamma"]))
+    x, g = rng.standard_normal((2, 2, 9, 32)) * 3
+    xt = to_torch64(x, requires_grad=True)
+    (ref(xt) * to_torch(g)).sum().backward()
+    norm(x)
+    dx = norm.backward(g)
+    dx_r, grads_r = rms_norm_rounded(exact(x), norm.params["gamma"], 1e-5)[1](exact(g))
+    assert_within(dx, xt.grad.numpy(), dx_r.tol(np.float64, sides=2), "dx")
+    tol = grads_r["gamma"].tol(np.float64, sides=2)
+    assert_within(norm.grads["gamma"], ref.weight.grad.numpy(), tol, "gamma")

@@ -1,23 +1,32 @@
 """rope.py: rotary position embedding.
 
 Sections: values (a rotation keeps norms, the dot product of rotated vectors depends only on
-the offset, the frequencies), errors, reference (angles and rotation against Hugging Face's
-LlamaRotaryEmbedding and apply_rotary_pos_emb).
+the offset, the frequencies), backward (the rotation back, finite differences), errors,
+reference (angles and rotation against Hugging Face's LlamaRotaryEmbedding and
+apply_rotary_pos_emb, and the rotation's gradient by PyTorch autograd).
 """
 
 import numpy as np
 import pytest
 
-from transformer_np import apply_rope, rope_angles, rope_frequencies, rotate_half
+from transformer_np import (
+    apply_rope,
+    apply_rope_backward,
+    rope_angles,
+    rope_frequencies,
+    rotate_half,
+)
 from transformer_np.config import LlamaConfig
 
 from helpers import FUNCTION_ROUNDINGS as FR
 from helpers import (
     abs_product,
     assert_within,
+    gradcheck_layer,
     hf_llama_config,
     rounding_tol,
     to_torch,
+    to_torch64,
     unit_roundoff,
 )
 
@@ -104,6 +113,44 @@ def test_angles_in_float32():
 
 
 # ============================================================================================
+# backward
+# ============================================================================================
+
+
+def test_backward_is_the_rotation_by_minus_the_angle(rng):
+    g = rng.standard_normal((2, 3, 7, 16))
+    cos, sin = rope_angles(np.arange(7), 16)
+    # exactly: g cos - rot(g) sin and g cos + rot(g) (-sin) round the same numbers
+    np.testing.assert_array_equal(apply_rope_backward(g, cos, sin), apply_rope(g, cos, -sin))
+
+
+def test_backward_undoes_the_rotation(rng):
+    x = rng.standard_normal((2, 3, 7, 16))
+    cos, sin = rope_angles(np.arange(7), 16)
+    # the transpose of a rotation is its inverse: back(rotate(x)) = x (cos^2 + sin^2) = x, up
+    # to the rounding of both turns (2 roundings of their two terms each, and cos and sin: FR)
+    # and of cos^2 + sin^2 = 1 (FR each)
+    pair = np.abs(x) + np.abs(rotate_half(x))
+    tol = rounding_tol(np.float64, 2 * (FR + 2) + 2 * FR, pair)
+    assert_within(apply_rope_backward(apply_rope(x, cos, sin), cos, sin), x, tol, "back(rot x)")
+
+
+def test_backward_matches_finite_differences(rng):
+    class NoParameters:  # apply_rope has none
+        params, grads = {}, {}
+
+    x = rng.standard_normal((2, 2, 5, 8))
+    cos, sin = rope_angles(np.arange(3, 8), 8, base=100.0)
+    gradcheck_layer(
+        lambda x: apply_rope(x, cos, sin),
+        lambda g: apply_rope_backward(g, cos, sin),
+        NoParameters(),
+        [x],
+        rng,
+    )
+
+
+# ============================================================================================
 # errors
 # ============================================================================================
 
@@ -158,6 +205,15 @@ def test_apply_rope_needs_cos_and_sin_of_the_positions_and_head_size_of_x(rng):
         apply_rope(x[..., :7], cos[:, :7], sin[:, :7])
 
 
+def test_apply_rope_backward_names_its_gradient(rng):
+    g = rng.standard_normal((2, 5, 8))
+    cos, sin = rope_angles(np.arange(5), 8)
+    with pytest.raises(ValueError, match=r"cos of shape \(4, 8\) does not broadcast to grad_out"):
+        apply_rope_backward(g, cos[:4], sin[:4])
+    with pytest.raises(ValueError, match=r"grad_output contains NaN"):
+        apply_rope_backward(np.full((5, 8), np.nan), cos, sin)
+
+
 # ============================================================================================
 # reference (Hugging Face transformers)
 # ============================================================================================
@@ -206,3 +262,22 @@ def test_rotation_matches_transformers_in_float64(torch, rng):
 
     assert_within(apply_rope(q, cos, sin), q_ref.numpy(), rope_tol(q), "queries - transformers")
     assert_within(apply_rope(k, cos, sin), k_ref.numpy(), rope_tol(k), "keys - transformers")
+
+
+def test_rotation_gradient_matches_transformers_autograd(torch, rng):
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    q, k, gq, gk = rng.standard_normal((4, 2, 3, 11, 16))  # (B, H, T, Dh) each
+    cos, sin = rope_angles(np.arange(5, 16), 16, base=500.0)
+    qt, kt = to_torch64(q, requires_grad=True), to_torch64(k, requires_grad=True)
+    q_ref, k_ref = apply_rotary_pos_emb(qt, kt, to_torch(cos)[None], to_torch(sin)[None])
+    ((q_ref * to_torch(gq)).sum() + (k_ref * to_torch(gk)).sum()).backward()
+
+    # the same two products and a sum on each side (autograd's: g cos, and the transpose of
+    # rotate_half applied to g sin): 2 roundings of |g cos| + |rotate_half(g) sin| each
+    def back_tol(g):
+        return 2 * rounding_tol(g.dtype, 2, np.abs(g * cos) + np.abs(rotate_half(g) * sin))
+
+    dq, dk = apply_rope_backward(gq, cos, sin), apply_rope_backward(gk, cos, sin)
+    assert_within(dq, qt.grad.numpy(), back_tol(gq), "dq - autograd")
+    assert_within(dk, kt.grad.numpy(), back_tol(gk), "dk - autograd")

@@ -1,16 +1,26 @@
 """swiglu.py: the gated feed-forward network.
 
-Sections: values (the formula, SiLU's limits, three Linear maps), errors, reference (Hugging
-Face's LlamaMLP).
+Sections: values (the formula, SiLU's limits, three Linear maps), errors, backward (finite
+differences, saturated gates, the gradients reach the three Linear layers), reference (Hugging
+Face's LlamaMLP, and its gradients by PyTorch autograd).
 """
 
 import numpy as np
 import pytest
+from rounding_llama import swiglu_rounded
 
 from transformer_np import Linear, SwiGLU, silu
 
 from helpers import FUNCTION_ROUNDINGS as FR
-from helpers import abs_product, assert_within, rounding_tol, to_torch
+from helpers import (
+    abs_product,
+    assert_within,
+    gradcheck_layer,
+    rounding_tol,
+    to_torch,
+    to_torch64,
+)
+from rounding import exact
 
 
 def swiglu_tol(x, params, dtype):
@@ -108,6 +118,40 @@ def test_silu_checks_its_input():
 
 
 # ============================================================================================
+# backward
+# ============================================================================================
+
+
+def test_backward_matches_finite_differences(rng):
+    ff = SwiGLU(6, 10, rng=rng)
+    gradcheck_layer(ff, ff.backward, ff, [2 * rng.standard_normal((2, 4, 6))], rng)
+
+
+def test_backward_through_saturated_gates_is_finite(rng):
+    # z = x W_gate far below 0 (exp(-z) overflows: the gate and its slope are 0) or far above
+    # (the gate is z, its slope 1): no overflow warning, no NaN (exp(-1000) underflows to 0)
+    ff = SwiGLU(2, 2, rng=rng)
+    ff.params["W_gate"] = np.array([[1000.0, -1000.0], [0.0, 0.0]])
+    x, g = np.array([[1.0, 0.5]]), np.array([[1.0, -1.0]])
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        ff(x)
+        dx = ff.backward(g)
+    dz = ff.down.backward(g) * ff.cache["up"] * np.array([1.0, 0.0])  # silu' = 1, then 0
+    np.testing.assert_array_equal(ff.gate.grads["W"], x.T @ dz)
+    assert np.isfinite(dx).all()
+
+
+def test_the_gradients_are_the_linear_layers_own(rng):
+    # what a wrapper of one of the Linear layers (a LoRA adapter) needs: the backward pass goes
+    # through the child layers, and their grads are the block's
+    ff = SwiGLU(6, 10, rng=rng)
+    ff(rng.standard_normal((3, 6)))
+    ff.backward(rng.standard_normal((3, 6)))
+    for name in ("gate", "up", "down"):
+        assert ff.grads[f"W_{name}"] is getattr(ff, name).grads["W"]
+
+
+# ============================================================================================
 # reference (Hugging Face transformers)
 # ============================================================================================
 
@@ -131,3 +175,29 @@ def test_matches_llama_mlp(torch, rng, dtype):
     # down(silu(gate(x)) * up(x)): the same steps (swiglu_tol allows for torch's silu too)
     tol = 2 * swiglu_tol(x, ff.params, dtype)
     assert_within(ff(x), ref(to_torch(x)).detach().numpy(), tol, "SwiGLU - LlamaMLP")
+
+
+def test_gradients_match_llama_mlp_autograd(torch, rng):
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    from transformer_np.config import LlamaConfig
+
+    from helpers import hf_llama_config
+
+    cfg = LlamaConfig(vocab_size=10, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=40)
+    ref = LlamaMLP(hf_llama_config(cfg)).to(torch.float64)
+    ff = SwiGLU(16, 40, rng=rng)
+    with torch.no_grad():
+        for name in ("gate", "up", "down"):
+            getattr(ref, f"{name}_proj").weight.copy_(to_torch(ff.params[f"W_{name}"].T))
+    x, g = rng.standard_normal((2, 2, 5, 16)) * 2
+    xt = to_torch64(x, requires_grad=True)
+    (ref(xt) * to_torch(g)).sum().backward()
+    ff(x)
+    dx = ff.backward(g)
+    dx_r, grads_r = swiglu_rounded(ff, exact(x))[1](exact(g))
+    assert_within(dx, xt.grad.numpy(), dx_r.tol(np.float64, sides=2), "dx")
+    for name in ("gate", "up", "down"):
+        theirs = getattr(ref, f"{name}_proj").weight.grad.numpy().T
+        tol = grads_r[f"W_{name}"].tol(np.float64, sides=2)
+        assert_within(ff.grads[f"W_{name}"], theirs, tol, f"W_{name}")

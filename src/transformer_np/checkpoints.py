@@ -96,12 +96,13 @@ def checkpoint_path(path, overwrite=False, *, argument="path", overwrite_option=
     return check_save_path(path, overwrite, argument, overwrite_option)
 
 
-def _write_atomically(target, arrays, overwrite):
-    """Write ``arrays`` with ``np.savez`` to ``target`` in one step, never half a file.
+def write_atomically(target, write, overwrite, what="model"):
+    """Write a file to ``target`` in one step, never half a file: ``write(file)`` fills it.
 
-    The archive is first written, and flushed to disk, inside a temporary directory created next
-    to ``target`` (a plain ``open`` there gives the file the usual permissions, which
-    ``mkstemp``'s owner-only file would not), then moved onto ``target``:
+    The file (``what`` names it in the error) is first written, and flushed to disk, inside a
+    temporary directory created next to ``target`` (a plain ``open`` there gives the file the
+    usual permissions, which ``mkstemp``'s owner-only file would not), then moved onto
+    ``target``:
 
     * ``overwrite=True``: ``os.replace``, atomic, replaces any file at ``target``;
     * ``overwrite=False``: ``os.link``, atomic too, and it fails if a file appeared at ``target``
@@ -115,13 +116,13 @@ def _write_atomically(target, arrays, overwrite):
     with tempfile.TemporaryDirectory(dir=folder, prefix=f".{name}.") as scratch:
         written = os.path.join(scratch, name)
         with open(written, "xb") as file:
-            np.savez(file, **arrays)
+            write(file)
             file.flush()
             os.fsync(file.fileno())  # on disk before the move: a crash leaves old or new
         if overwrite:
             os.replace(written, real)
             return
-        appeared = f"{target!r} appeared while the model was being saved: it was not replaced"
+        appeared = f"{target!r} appeared while the {what} was being saved: it was not replaced"
         try:
             os.link(written, real)
         except FileExistsError:
@@ -193,7 +194,7 @@ def save_model(path, model, *, extra=None, overwrite=False):
     if hasattr(path, "write"):  # a file object: written as it is
         np.savez(path, **arrays)
     else:
-        _write_atomically(path, arrays, overwrite)
+        write_atomically(path, lambda file: np.savez(file, **arrays), overwrite)
 
 
 # --------------------------------------------------------------------------------------------

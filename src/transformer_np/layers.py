@@ -123,7 +123,8 @@ class Linear(Module):
         -------
         ndarray of shape (..., d_in)
             dL/dx. ``self.grads`` gets ``W`` (d_in, d_out) and ``b`` (d_out,), overwritten
-            (not accumulated) at every call.
+            (not accumulated) at every call; nothing if the layer is frozen
+            (:meth:`~transformer_np.Module.freeze`).
 
         Notes
         -----
@@ -137,10 +138,11 @@ class Linear(Module):
         x2 = cache["x"]  # (N, d_in)
         out_shape = tuple(cache["shape"][:-1]) + (self.d_out,)
         g2 = as_grad(grad_output, out_shape, x2.dtype).reshape(-1, self.d_out)  # (N, d_out)
-        W = self.params["W"]
-        grads = {"W": (x2.T @ g2).astype(W.dtype, copy=False)}  # (d_in, N) @ (N, d_out)
-        if self.has_bias:
-            grads["b"] = g2.sum(axis=0).astype(self.params["b"].dtype, copy=False)
+        W, grads = self.params["W"], {}
+        if self.trainable:  # frozen (Module.freeze): no gradient computed, none stored
+            grads["W"] = (x2.T @ g2).astype(W.dtype, copy=False)  # (d_in, N) @ (N, d_out)
+            if self.has_bias:
+                grads["b"] = g2.sum(axis=0).astype(self.params["b"].dtype, copy=False)
         self.grads = grads
         dx = g2 @ W.astype(x2.dtype, copy=False).T  # (N, d_out) @ (d_out, d_in) -> (N, d_in)
         return dx.reshape(cache["shape"])  # (N, d_in) -> (..., d_in)
@@ -238,11 +240,12 @@ class LayerNorm(Module):
         g = as_grad(grad_output, x_hat.shape, x_hat.dtype)
         D = self.d_model
         g2, xh2 = g.reshape(-1, D), x_hat.reshape(-1, D)  # (N, D)
-        gamma = self.params["gamma"]
-        self.grads = {
-            "gamma": np.einsum("nd,nd->d", g2, xh2).astype(gamma.dtype, copy=False),
-            "beta": g2.sum(axis=0).astype(self.params["beta"].dtype, copy=False),
-        }
+        gamma, self.grads = self.params["gamma"], {}
+        if self.trainable:  # frozen (Module.freeze): no gradient computed, none stored
+            self.grads = {
+                "gamma": np.einsum("nd,nd->d", g2, xh2).astype(gamma.dtype, copy=False),
+                "beta": g2.sum(axis=0).astype(self.params["beta"].dtype, copy=False),
+            }
         g_hat = g * gamma.astype(g.dtype, copy=False)  # dL/dx_hat, (..., D)
         mean_g = g_hat.mean(axis=-1, keepdims=True)  # (..., D) -> (..., 1)
         mean_gx = np.einsum("...d,...d->...", g_hat, x_hat)[..., None]  # (..., D) -> (..., 1)

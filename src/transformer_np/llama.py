@@ -13,9 +13,10 @@ feed-forward           ReLU/GELU, 4 D, biases      :class:`~transformer_np.SwiGL
 =====================  ==========================  ======================================
 
 :class:`LlamaBlock` therefore only builds other sublayers: its ``forward`` is the encoder
-block's, ``x + Attn(Norm(x))`` then ``h + FFN(Norm(h))``. The output layer reuses the
-embedding matrix (tied embeddings). Inference only: the weights come trained
-(:func:`transformer_np.pretrained.load_smollm2`).
+block's, ``x + Attn(Norm(x))`` then ``h + FFN(Norm(h))``, and so is its ``backward``. The
+output layer reuses the embedding matrix (tied embeddings). The weights come trained
+(:func:`transformer_np.pretrained.load_smollm2`); :meth:`LlamaModel.backward` gives the
+gradients for fine-tuning them.
 
 Shape glossary: B batch, T positions, D = d_model, V vocabulary.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._checks.general import as_grad
 from ._checks.models import check_llama_block_init, check_llama_call, check_llama_init
 from .blocks import EncoderBlock
 from .config import LlamaConfig
@@ -66,7 +68,8 @@ class LlamaBlock(EncoderBlock):
     .. math:: h = x + \mathrm{GQA}(\mathrm{RMSNorm}_1(x)), \qquad
               y = h + \mathrm{SwiGLU}(\mathrm{RMSNorm}_2(h))
 
-    :class:`~transformer_np.EncoderBlock` with ``norm_first=True``, built with these parts.
+    :class:`~transformer_np.EncoderBlock` with ``norm_first=True``, built with these parts:
+    its ``forward`` and ``backward`` are the encoder block's.
     """
 
     check_init = check_llama_block_init
@@ -112,8 +115,9 @@ class LlamaModel(Module):
         The token table E (V, D), not scaled by sqrt(D).
     blocks : Stack
         ``config.n_layers`` :class:`LlamaBlock`, then a final RMSNorm (``blocks.norm``).
-    params : NestedParams
-        Keys ``embed.W``, ``blocks.0.attn.W_q``, ..., ``blocks.norm.gamma``.
+    params, grads : NestedParams
+        Keys ``embed.W``, ``blocks.0.attn.W_q``, ..., ``blocks.norm.gamma``; ``grads`` after
+        :meth:`backward`.
 
     Notes
     -----
@@ -180,6 +184,30 @@ class LlamaModel(Module):
         x = self.embed.forward(ids)  # (B, T) -> (B, T, D): no positional table
         mask = causal_mask(ids.shape[1]) if kv_cache is None else None  # a cache is causal
         h = self.blocks.forward(x, mask, kv_cache=kv_cache)  # (B, T, D), after the final RMSNorm
+        self.cache = {"h": h}  # the output layer's input, for backward
         return self.embed.attend(h)  # (B, T, D) @ (D, V): tied, the embedding's own matrix
 
     # --8<-- [end:llama_forward]
+
+    # --8<-- [start:llama_backward]
+    def backward(self, grad_logits):
+        """Backpropagate ``dL/dlogits`` (B, T, V) through the last call; fills ``grads``.
+
+        The table E serves twice, as the lookup and as the output layer: ``grads["embed.W"]``
+        is the sum of both shares (none if the embedding is frozen).
+        """
+        h = self.saved()["h"]  # (B, T, D)
+        V, D = self.embed.vocab_size, self.embed.d_model
+        g = as_grad(grad_logits, h.shape[:-1] + (V,), h.dtype, "grad_logits")
+        g2, E = g.reshape(-1, V), self.embed.params["W"]  # (N, V), (V, D)
+        # 3. the output layer, logits = h E^T: its share of dL/dE, and dL/dh
+        if self.embed.trainable:
+            dE = g2.T @ h.reshape(-1, D)  # (V, N) @ (N, D) -> (V, D)
+            self.embed.set_grad_share("output", dE.astype(E.dtype, copy=False))
+        dh = (g2 @ E.astype(g.dtype, copy=False)).reshape(h.shape)  # (N, V) @ (V, D)
+        # 2. the blocks and the final RMSNorm
+        dx = self.blocks.backward(dh)  # (B, T, D)
+        if self.embed.trainable:  # 1. the lookup: its share of dL/dE, added to the output's
+            self.embed.backward(dx)
+
+    # --8<-- [end:llama_backward]

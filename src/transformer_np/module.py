@@ -6,7 +6,9 @@ A layer of the package is a :class:`Module`. It keeps
   live view of theirs with dotted names, ``"linear1.W"``: see :class:`NestedParams`);
 * ``grads``: after ``backward``, the gradients, with the same keys as ``params``;
 * ``cache``: what the last forward pass saved for the backward pass (None before it);
-* ``training``: whether dropout is on (:meth:`Module.train`, :meth:`Module.eval`).
+* ``training``: whether dropout is on (:meth:`Module.train`, :meth:`Module.eval`);
+* ``trainable``: whether ``backward`` computes gradients for the layer's own parameters
+  (:meth:`Module.freeze`, :meth:`Module.unfreeze`).
 
 Calling a layer, ``layer(x)``, checks the input and then runs ``layer.forward(x)``, the plain
 computation. Inside the package, a layer calls its sub-layers' ``forward``: the input was
@@ -34,7 +36,7 @@ class NestedParams(MutableMapping):
     ``join_key`` makes the names). Reading ``view["linear1.W"]`` returns
     ``linear1.params["W"]`` itself (no copy); assigning stores the new array in
     ``linear1.params``. Keys cannot be added or deleted. ``attr`` selects the dicts to view
-    (``"params"``, or ``"grads"``).
+    (``"params"``, or ``"grads"``: the gradients of the trainable leaves only).
     """
 
     def __init__(self, owner: Module, attr: str = "params"):
@@ -55,10 +57,14 @@ class NestedParams(MutableMapping):
         leaf, rest = found
         return getattr(leaf, self.attr), rest
 
+    def _listed(self, leaf, key) -> bool:
+        """Whether the view shows ``leaf``'s ``key``: a gradient only of a trainable leaf."""
+        return key in getattr(leaf, self.attr) and (self.attr == "params" or leaf.trainable)
+
     def __getitem__(self, key):
         d, rest = self._split(key)
-        if self.attr == "grads" and rest not in d:
-            raise KeyError(f"no gradient for {key!r}: call backward() first")
+        if self.attr == "grads" and not self._listed(*self.flat()[key]):
+            raise KeyError(f"no gradient for {key!r}: call backward() first, or unfreeze it")
         return d[rest]
 
     def __setitem__(self, key, value):
@@ -72,7 +78,7 @@ class NestedParams(MutableMapping):
 
     def __iter__(self) -> Iterator[str]:
         for name, (leaf, k) in self.flat().items():
-            if k in getattr(leaf, self.attr):  # (a gradient exists only after backward)
+            if self._listed(leaf, k):  # (a gradient exists only after backward)
                 yield name
 
     def __len__(self) -> int:
@@ -96,6 +102,7 @@ class Module:
         self.grads = {}  # filled by backward(), same keys as params
         self.cache = None  # what the last forward pass saved for backward()
         self.training = False  # dropout on or off
+        self.trainable = True  # False (frozen): backward computes no gradient for params
         self._children = {}
         self._leaves = None
 
@@ -145,6 +152,33 @@ class Module:
         for child in self._children.values():
             yield from child.modules()
 
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+        """``(dotted path, layer)`` of this layer (path ``prefix``) and every layer below it."""
+        yield prefix, self
+        for name, child in self._children.items():
+            yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+
+    def replace(self, path: str, layer: Module) -> Module:
+        """Put ``layer`` in place of the sub-layer at the dotted ``path``; return the old one.
+
+        ``path`` is one of :meth:`named_modules` (``"blocks.0.attn.q"``); the parent's attribute
+        of that name, if it held the old layer, is set too. Call it on the outermost layer: the
+        views ``params`` and ``grads`` of every layer below are rebuilt.
+        """
+        *parents, name = path.split(".")
+        parent = self
+        for p in parents:
+            parent = parent._children[p]
+        old = parent._children[name]
+        parent._children[name] = layer
+        if getattr(parent, name, None) is old:
+            setattr(parent, name, layer)
+        for m in self.modules():  # the structure changed: forget the cached name tables
+            m._leaves = None
+            if m._children:
+                m.params._flat = m.grads._flat = None
+        return old
+
     def leaves(self) -> list[tuple[str, Module, str]]:
         """``(dotted name, leaf layer, key)`` of every parameter, in the order of ``params``."""
         if self._leaves is None:
@@ -167,10 +201,29 @@ class Module:
 
     def zero_grad(self) -> None:
         """Set every gradient to zeros shaped like its parameter."""
-        if not self._children:
+        if not self._children and self.trainable:  # (a frozen layer keeps no gradient)
             self.grads = {k: np.zeros_like(p) for k, p in self.params.items()}
         for child in self._children.values():
             child.zero_grad()
+
+    def freeze(self) -> Module:
+        """Freeze this layer and all below; returns self.
+
+        A frozen layer's ``backward`` still passes the gradient on to its input, but computes
+        and keeps no gradient for its own parameters: ``grads`` lists the trainable ones only
+        (what fine-tuning a few added parameters needs, :mod:`~transformer_np.lora`).
+        """
+        for m in self.modules():
+            m.trainable = False
+            if not m._children:
+                m.grads = {}  # the gradients of before are dropped with the memory they hold
+        return self
+
+    def unfreeze(self) -> Module:
+        """Make this layer and all below trainable again; returns self."""
+        for m in self.modules():
+            m.trainable = True
+        return self
 
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         """The shape each parameter must have (a leaf layer with parameters says which)."""

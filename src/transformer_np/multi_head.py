@@ -22,12 +22,18 @@ from ._checks.boundary import checked
 from ._checks.functions import check_merge_heads, check_split_heads
 from ._checks.general import as_grad
 from ._checks.generation import check_kv_reorder
-from ._checks.models import check_kv_append, check_kv_length, check_mha_call, check_mha_init
+from ._checks.models import (
+    check_kv_append,
+    check_kv_length,
+    check_mha_call,
+    check_mha_init,
+    check_mha_saved,
+)
 from .attention import attention_backward, scaled_dot_product_attention
 from .layers import Linear
 from .masks import causal_mask
 from .module import NamedMaps
-from .rope import apply_rope, rope_angles
+from .rope import apply_rope, apply_rope_backward, rope_angles
 
 __all__ = ["KVCache", "MultiHeadAttention", "merge_heads", "split_heads"]
 
@@ -285,24 +291,22 @@ class MultiHeadAttention(NamedMaps):
 
         The attention's own backward is :func:`~transformer_np.attention_backward`; the four
         maps are Linear layers, each with its own backward. A 2-D ``grad_output`` (T, D)
-        answers a call on 2-D input, and gives 2-D gradients back.
+        answers a call on 2-D input, and gives 2-D gradients back. With groups, each key and
+        value head gets the sum of the gradients of the query heads it serves; with RoPE the
+        gradients of the queries and keys are rotated back.
         """
-        c = self.saved()
-        if self.n_kv_heads != self.n_heads or self.rope_base is not None:
-            raise NotImplementedError(
-                "MultiHeadAttention with n_kv_heads or rope_base has no backward pass: it runs "
-                "pretrained models (inference only); train with MultiHeadAttention(d_model, "
-                "n_heads)"
-            )
+        c = check_mha_saved(self)  # the cache of a call without kv_cache
         B, T, S = c["shape"]
         unbatched = np.ndim(grad_output) == 2 and B == 1
         g = as_grad(grad_output, (T, self.d_model) if unbatched else (B, T, self.d_model),
                     c["q"].dtype).reshape(B, T, self.d_model)  # fmt: skip
         # 4. output projection, then the heads apart again: (B, T, D) -> (B, H, T, Dh)
         dctx = split_heads.unchecked(self.o.backward(g), self.n_heads)
-        # 3. attention in every head
-        dq, dk, dv = attention_backward.unchecked(dctx, c["q"], c["k"], c["v"], c["weights"])
-        # 2. and 1. the heads merged, through the three projections
+        # 3. attention in every head: dq (B, H, T, Dh), dk and dv (B, Hkv, S, Dh)
+        dq, dk, dv = self.attend_backward(dctx, c["q"], c["k"], c["v"], c["weights"])
+        if self.rope_base is not None:  # 2. rotary positions: the rotation back
+            dq, dk = self.rotate_back(dq), self.rotate_back(dk)
+        # 1. the heads merged, through the three projections
         dx_q = self.q.backward(merge_heads.unchecked(dq))  # (B, T, D)
         dx_k = self.k.backward(merge_heads.unchecked(dk))  # (B, S, D)
         dx_kv = dx_k + self.v.backward(merge_heads.unchecked(dv))
@@ -310,3 +314,27 @@ class MultiHeadAttention(NamedMaps):
             dx_q += dx_kv  # x is query, key and value at once: the three paths add up
             return dx_q[0] if unbatched else dx_q
         return (dx_q[0], dx_kv[0]) if unbatched else (dx_q, dx_kv)
+
+    # --8<-- [start:mha_grouped_backward]
+    def rotate_back(self, g):
+        """The backward of ``rotate(x, 0)`` on g (B, heads, T, Dh): the rotation back."""
+        T = g.shape[2]
+        cos, sin = rope_table(T, self.d_head, self.rope_base, g.dtype)
+        return apply_rope_backward.unchecked(g, cos[:T], sin[:T])
+
+    def attend_backward(self, dctx, q, k, v, weights):
+        """The gradients of :meth:`attend`: dq (B, H, T, Dh), dk and dv (B, Hkv, S, Dh)."""
+        B, H, T, Dh = q.shape
+        Hkv, S = k.shape[1], k.shape[2]
+        if Hkv == H:
+            return attention_backward.unchecked(dctx, q, k, v, weights)
+        # the rows of attend: the G query heads of a group as G*T rows on its keys, so that
+        # dk = ds^T q and dv = w^T dctx sum over the G heads that read the same key and value
+        G = H // Hkv
+        dq, dk, dv = attention_backward.unchecked(
+            dctx.reshape(B, Hkv, G * T, Dh), q.reshape(B, Hkv, G * T, Dh), k, v,
+            weights.reshape(B, Hkv, G * T, S),
+        )  # fmt: skip
+        return dq.reshape(B, H, T, Dh), dk, dv
+
+    # --8<-- [end:mha_grouped_backward]

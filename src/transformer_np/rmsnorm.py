@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._checks.general import as_grad
 from ._checks.layers import check_rms_norm_call, check_rms_norm_init
 from .module import Module
 
@@ -34,8 +35,8 @@ class RMSNorm(Module):
 
     Notes
     -----
-    Inference only (no ``backward``): the modern models of this package are loaded with
-    trained weights, not trained here.
+    After a call ``self.cache`` holds ``x_hat`` (the normalised input, shape (..., D)) and
+    ``rstd`` (1 / rms, shape (..., 1)) for :meth:`backward`.
 
     Examples
     --------
@@ -64,6 +65,37 @@ class RMSNorm(Module):
         """``gamma * x / rms(x)`` on a checked ``x`` (..., D)."""
         mean_square = np.mean(x * x, axis=-1, keepdims=True)  # (..., D) -> (..., 1)
         rstd = 1.0 / np.sqrt(mean_square + self.eps)  # 1 / rms, (..., 1)
-        return self.params["gamma"].astype(x.dtype, copy=False) * (x * rstd)  # (..., D)
+        x_hat = x * rstd  # (..., D), root mean square 1
+        self.cache = {"x_hat": x_hat, "rstd": rstd}
+        return self.params["gamma"].astype(x.dtype, copy=False) * x_hat  # (..., D)
 
     # --8<-- [end:rmsnorm]
+
+    # --8<-- [start:rmsnorm_backward]
+    def backward(self, grad_output):
+        r"""dL/dy (..., D) -> dL/dx (..., D); ``self.grads`` gets ``gamma`` (D,), unless frozen.
+
+        With :math:`\hat x = x\, r`, :math:`r = 1/\mathrm{rms}(x)` and :math:`\hat g = g \odot
+        \gamma` (the gradient reaching :math:`\hat x`):
+
+        .. math:: \frac{\partial L}{\partial x} = r \left( \hat g - \hat x\;
+                  \overline{\hat g \odot \hat x} \right), \qquad
+                  \frac{\partial L}{\partial \gamma} = \sum_n g_n \odot \hat x_n
+
+        (the bar: the mean over the D features). LayerNorm's formula without the mean: the
+        subtracted term removes the component along which the normalisation is invariant, a
+        rescaling of x.
+        """
+        c = self.saved()
+        x_hat, rstd = c["x_hat"], c["rstd"]  # (..., D), (..., 1)
+        g = as_grad(grad_output, x_hat.shape, x_hat.dtype)
+        gamma, self.grads = self.params["gamma"], {}
+        if self.trainable:  # 1. the gain: dL/dgamma sums g x_hat over every position
+            g2, xh2 = g.reshape(-1, self.d_model), x_hat.reshape(-1, self.d_model)  # (N, D)
+            self.grads["gamma"] = np.einsum("nd,nd->d", g2, xh2).astype(gamma.dtype, copy=False)
+        # 2. the normalisation: g_hat less its component along x_hat, times 1 / rms
+        g_hat = g * gamma.astype(g.dtype, copy=False)  # dL/dx_hat, (..., D)
+        along = np.mean(g_hat * x_hat, axis=-1, keepdims=True)  # (..., D) -> (..., 1)
+        return rstd * (g_hat - x_hat * along)  # (..., D)
+
+    # --8<-- [end:rmsnorm_backward]

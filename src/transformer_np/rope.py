@@ -16,6 +16,9 @@ The pairs follow the Hugging Face layout: feature ``i`` is paired with feature `
 (the "rotate half" form). llama.cpp pairs neighbours ``(2i, 2i+1)`` instead; the two are the
 same rotation after a permutation of the features (see ``pretrained/gguf.py``).
 
+Backpropagation turns each pair back by the same angle (:func:`apply_rope_backward`): the
+transpose of a rotation is its inverse.
+
 Shape glossary: B batch, H heads, T positions, Dh head size (even).
 """
 
@@ -26,12 +29,13 @@ import numpy as np
 from ._checks.boundary import checked
 from ._checks.functions import (
     check_apply_rope,
+    check_apply_rope_backward,
     check_rope_angles,
     check_rope_frequencies,
     check_rotate_half,
 )
 
-__all__ = ["apply_rope", "rope_angles", "rope_frequencies", "rotate_half"]
+__all__ = ["apply_rope", "apply_rope_backward", "rope_angles", "rope_frequencies", "rotate_half"]
 
 
 @checked(check_rope_frequencies)
@@ -84,3 +88,18 @@ def apply_rope(x, cos, sin):
 
 
 # --8<-- [end:apply_rope]
+
+
+@checked(check_apply_rope_backward)
+# --8<-- [start:apply_rope_backward]
+def apply_rope_backward(grad_output, cos, sin):
+    """dL/dx of :func:`apply_rope` from dL/dy (..., T, Dh): the rotation back.
+
+    A rotation is orthogonal: its transpose, the Jacobian's, is the rotation by minus the same
+    angle, cos unchanged and sin negated. Pair (a, b) of the gradient becomes
+    (a cos + b sin, b cos - a sin).
+    """
+    return grad_output * cos - rotate_half.unchecked(grad_output) * sin  # (..., T, Dh)
+
+
+# --8<-- [end:apply_rope_backward]

@@ -13,6 +13,7 @@ import numpy as np
 
 from ._checks.boundary import checked
 from ._checks.functions import check_silu
+from ._checks.general import as_grad
 from ._checks.layers import check_swiglu_call, check_swiglu_init
 from .layers import Linear
 from .module import NamedMaps
@@ -65,7 +66,8 @@ class SwiGLU(NamedMaps):
 
     Notes
     -----
-    Inference only (no ``backward``).
+    After a call ``self.cache`` holds ``z``, the gate's pre-activation x W_gate, and ``up``,
+    x W_up (both (..., F)), for :meth:`backward`; each Linear keeps its own cache.
 
     Examples
     --------
@@ -94,8 +96,34 @@ class SwiGLU(NamedMaps):
     # --8<-- [start:swiglu]
     def forward(self, x):
         """``(silu(x W_gate) * x W_up) W_down`` on a checked ``x`` (..., D)."""
-        gate = silu.unchecked(self.gate.forward(x))  # (..., D) -> (..., F), each feature's gate
+        z = self.gate.forward(x)  # (..., D) -> (..., F)
+        gate = silu.unchecked(z)  # (..., F), each feature's gate
         up = self.up.forward(x)  # (..., D) -> (..., F), the values it lets through
+        self.cache = {"z": z, "up": up}
         return self.down.forward(gate * up)  # (..., F) -> (..., D)
 
     # --8<-- [end:swiglu]
+
+    # --8<-- [start:swiglu_backward]
+    def backward(self, grad_output):
+        r"""dL/dy (..., D) -> dL/dx (..., D); the three Linear layers fill their ``grads``.
+
+        With :math:`\sigma` the logistic sigmoid, SiLU's derivative is
+
+        .. math:: \mathrm{SiLU}'(z) = \sigma(z) + z\, \sigma(z) \big(1 - \sigma(z)\big)
+                  = \sigma(z) + \mathrm{SiLU}(z) \big(1 - \sigma(z)\big).
+        """
+        c = self.saved()
+        z, up = c["z"], c["up"]  # (..., F) each
+        g = as_grad(grad_output, z.shape[:-1] + (self.d_model,), z.dtype)
+        # 3. down: (..., D) -> (..., F), dL/d(gate * up)
+        dh = self.down.backward(g)
+        # 2. the product gate * up, and the gate's SiLU
+        with np.errstate(over="ignore"):  # z << 0: exp(-z) = inf, sigmoid 0, the limit
+            sigmoid = 1.0 / (1.0 + np.exp(-z))  # (..., F)
+        gate = z * sigmoid  # silu(z)
+        dz = dh * up * (sigmoid + gate * (1.0 - sigmoid))  # dL/dz, (..., F)
+        # 1. gate and up both read x: their paths add up, (..., F) -> (..., D)
+        return self.gate.backward(dz) + self.up.backward(dh * gate)
+
+    # --8<-- [end:swiglu_backward]

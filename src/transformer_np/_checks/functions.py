@@ -377,8 +377,9 @@ def check_rotate_half(x):
     return {"x": in_pairs(floats_of_rank(x, "x", "(..., Dh)", 1), "x")}
 
 
-def check_apply_rope(x, cos, sin):
-    x = in_pairs(finite_floats(x, "x", "(..., T, Dh)", 2), "x")
+def rotated(x, cos, sin, name: str) -> dict:
+    """``x`` (..., T, Dh), named ``name``, and the tables ``cos``, ``sin`` that rotate it."""
+    x = in_pairs(finite_floats(x, name, "(..., T, Dh)", 2), name)
     cos = finite_floats(cos, "cos")
     sin = finite_floats(sin, "sin")
     if cos.shape != sin.shape:
@@ -386,5 +387,13 @@ def check_apply_rope(x, cos, sin):
             f"cos and sin must have the same shape (T, Dh) (from rope_angles), got cos "
             f"{shape_str(cos.shape)} and sin {shape_str(sin.shape)}"
         )
-    check_broadcastable(cos.shape, x.shape, "cos", "x, of shape (..., T, Dh) =")
-    return {"x": x, "cos": cos, "sin": sin}
+    check_broadcastable(cos.shape, x.shape, "cos", f"{name}, of shape (..., T, Dh) =")
+    return {name: x, "cos": cos, "sin": sin}
+
+
+def check_apply_rope(x, cos, sin):
+    return rotated(x, cos, sin, "x")
+
+
+def check_apply_rope_backward(grad_output, cos, sin):
+    return rotated(grad_output, cos, sin, "grad_output")

@@ -179,6 +179,18 @@ def check_mha_call(layer, x_q, x_kv=None, mask=None, *, bias=None, kv_cache=None
 # -- blocks -------------------------------------------------------------------------------------
 
 
+def check_mha_saved(layer):
+    """The cache of a MultiHeadAttention's last forward pass, if a backward pass can use it:
+    a call with a ``kv_cache`` (generation) keeps no attention weights."""
+    cache = layer.saved()
+    if cache["weights"] is None:
+        raise RuntimeError(
+            "MultiHeadAttention.backward after a call with a kv_cache: generation keeps no "
+            "attention weights; call the layer without kv_cache before a backward pass"
+        )
+    return cache
+
+
 def check_block_sizes(d_model, n_heads, d_ff, norm_first, eps, dropout, rng, dtype, owner):
     from .layers import check_probability
 

@@ -1,0 +1,310 @@
+"""The validators of :mod:`transformer_np.lora`: the adapter layer, add_lora and the functions
+of an adapted model, and the files of PEFT (``adapter_config.json``,
+``adapter_model.safetensors``), read here and checked against the model before it changes.
+
+A wrong file is a ValueError that names the file and what in it does not fit; a path that is
+not there is a FileNotFoundError; nothing a user owns is overwritten without ``overwrite=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+
+from ..layers import Linear
+from ..llama import LlamaModel
+from ..module import Module
+from .files import as_path_text
+from .general import (
+    check_bool,
+    check_finite,
+    check_integer,
+    check_positive,
+    check_positive_int,
+    check_rng,
+    type_name,
+)
+from .layers import check_probability, features_call
+
+
+def lora():
+    """The module :mod:`transformer_np.lora` (imported when first needed: it imports this one)."""
+    from .. import lora
+
+    return lora
+
+
+# -- the layer ------------------------------------------------------------------------------------
+
+
+def check_lora_init(base, r, alpha, dropout, rng):
+    if type(base) is not Linear:
+        raise TypeError(f"base must be a Linear (the map to adapt), got {type_name(base)}")
+    check_positive_int(r, "r")
+    check_positive(alpha, "alpha")
+    check_probability(dropout, "dropout")
+    check_rng(rng)
+
+
+def check_lora_call(layer, x):
+    return features_call(layer, x, layer.d_in, "d_in")
+
+
+# -- the functions of a model -----------------------------------------------------------------
+
+
+def check_model(model):
+    """``model`` is a layer with sub-layers (what adapters can be put in)."""
+    if not isinstance(model, Module) or not model.children():
+        raise TypeError(
+            "model must be a model or a layer with sub-layers (a transformer_np Module such as "
+            f"LlamaModel), got {type_name(model)}"
+        )
+
+
+def adapted_layers(model, function):
+    """``{path: LoRALinear}`` of ``model``, or a ValueError if it has none."""
+    check_model(model)
+    layers = lora().lora_layers(model)
+    if not layers:
+        raise ValueError(
+            f"{function}: the {type(model).__name__} has no LoRA adapters: add them with "
+            "add_lora(model) (or load_lora(folder, model))"
+        )
+    return layers
+
+
+def check_targets(targets):
+    """``targets`` as a tuple of non-empty str (one name is one target)."""
+    if isinstance(targets, str):
+        targets = (targets,)
+    if not isinstance(targets, list | tuple) or not targets:
+        raise TypeError(
+            f"targets must be a name or a non-empty list of names (str), got {targets!r}"
+        )
+    for t in targets:
+        if not isinstance(t, str):
+            raise TypeError(f"targets must hold names (str), got {t!r} ({type_name(t)})")
+        if not t:
+            raise ValueError("targets must hold non-empty names, got ''")
+    return tuple(targets)
+
+
+def check_add_lora(model, r, alpha, targets, dropout, rng):
+    check_model(model)
+    adapted = lora().lora_layers(model)
+    if adapted:
+        raise ValueError(
+            f"the {type(model).__name__} already has LoRA adapters (on {', '.join(adapted)}): "
+            "add them once, to the base model"
+        )
+    return {
+        "model": model,
+        "r": check_positive_int(r, "r"),
+        "alpha": check_positive(alpha, "alpha"),
+        "targets": check_targets(targets),
+        "dropout": check_probability(dropout, "dropout"),
+        "rng": check_rng(rng),
+    }
+
+
+def check_finite_adapters(layers):
+    for path, layer in layers.items():
+        for name in ("lora_A", "lora_B"):
+            check_finite(layer.params[name], f"the adapter {name} of {path or 'the layer'}")
+
+
+def check_lora_params(model):
+    adapted_layers(model, "lora_params")
+    return {"model": model}
+
+
+def check_merge_lora(model):
+    layers = adapted_layers(model, "merge_lora")
+    merged = [p for p, m in layers.items() if m.merged]
+    if merged:
+        raise ValueError(
+            f"merge_lora: the adapters are merged already ({merged[0] or 'the layer'}): "
+            "unmerge_lora(model) takes them out"
+        )
+    check_finite_adapters(layers)  # a NaN would spread into W
+    return {"model": model}
+
+
+def check_unmerge_lora(model):
+    layers = adapted_layers(model, "unmerge_lora")
+    if not all(m.merged for m in layers.values()):
+        raise ValueError("unmerge_lora: the adapters are not merged (merge_lora(model) first)")
+    return {"model": model}
+
+
+# -- the files of PEFT --------------------------------------------------------------------------
+
+
+def check_llama(model, function):
+    if not isinstance(model, LlamaModel):
+        raise TypeError(
+            f"{function}: model must be a LlamaModel (PEFT's layout names the maps of "
+            f"transformers' LlamaForCausalLM), got {type_name(model)}"
+        )
+
+
+def check_save_lora(folder, model, base_model, overwrite):
+    check_llama(model, "save_lora")
+    layers = adapted_layers(model, "save_lora")
+    kinds = {(m.r, m.alpha, m.dropout.p) for m in layers.values()}
+    if len(kinds) > 1:
+        raise ValueError(
+            "save_lora: the adapters must share one r, alpha and dropout (PEFT's "
+            f"adapter_config.json holds one of each), got (r, alpha, dropout) {sorted(kinds)}"
+        )
+    check_finite_adapters(layers)
+    if base_model is not None and not isinstance(base_model, str):
+        raise TypeError(f"base_model must be a str or None, got {type_name(base_model)}")
+    overwrite = check_bool(overwrite, "overwrite")
+    text = as_path_text(folder, "folder")
+    if os.path.lexists(text) and not os.path.isdir(text):
+        raise NotADirectoryError(f"cannot save to {text!r}: it is a file, not a folder")
+    if not os.path.isdir(text):  # created by save_lora, in a folder that must exist
+        parent = os.path.dirname(os.path.abspath(text))
+        if not os.path.isdir(parent):
+            raise FileNotFoundError(
+                f"cannot save to {text!r}: the directory {parent!r} does not exist"
+            )
+    for name in (lora().ADAPTER_WEIGHTS, lora().ADAPTER_CONFIG):
+        target = os.path.join(text, name)
+        if os.path.isdir(target):
+            raise IsADirectoryError(f"cannot save to {target!r}: it is a directory")
+        if os.path.lexists(target) and not overwrite:
+            raise FileExistsError(
+                f"{target!r} already exists: pass overwrite=True to replace it (or choose "
+                "another folder)"
+            )
+    return {"folder": text, "model": model, "base_model": base_model, "overwrite": overwrite}
+
+
+def check_load_lora(folder, model):
+    check_llama(model, "load_lora")
+    adapted = lora().lora_layers(model)
+    if adapted:
+        raise ValueError(
+            f"load_lora: the model already has LoRA adapters (on {', '.join(adapted)}): load "
+            "an adapter into the base model"
+        )
+    text = as_path_text(folder, "folder")
+    if not os.path.exists(text):
+        raise FileNotFoundError(f"no adapter folder {text!r}")
+    if not os.path.isdir(text):
+        raise NotADirectoryError(
+            f"{text!r} is a file: give the folder that holds {lora().ADAPTER_CONFIG} and "
+            f"{lora().ADAPTER_WEIGHTS}"
+        )
+    for name in (lora().ADAPTER_CONFIG, lora().ADAPTER_WEIGHTS):
+        if not os.path.isfile(os.path.join(text, name)):
+            raise FileNotFoundError(
+                f"the folder {text!r} has no {name}: an adapter folder holds "
+                f"{lora().ADAPTER_CONFIG} and {lora().ADAPTER_WEIGHTS} (PEFT's save_pretrained)"
+            )
+    return {"folder": text, "model": model}
+
+
+# what the configuration must say for the adapter to be a plain LoRA: key -> the plain value
+PLAIN = {
+    "use_dora": False,
+    "use_rslora": False,
+    "fan_in_fan_out": False,
+    "lora_bias": False,
+    "bias": "none",
+    "rank_pattern": {},
+    "alpha_pattern": {},
+    "modules_to_save": None,
+}
+
+
+def read_config(path):
+    """r, alpha and dropout of a plain LoRA ``adapter_config.json``."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            config = json.load(file)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path!r} is not an adapter configuration: not JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path!r} must hold a JSON object, got a {type(config).__name__}")
+    if config.get("peft_type") != "LORA":
+        raise ValueError(
+            f"{path!r}: peft_type is {config.get('peft_type')!r}: only LoRA adapters ('LORA') "
+            "are read"
+        )
+    for key, plain in PLAIN.items():
+        value = config.get(key, plain)
+        if value != plain and not (value is None and plain in ({}, False)):
+            raise ValueError(
+                f"{path!r}: {key} = {value!r}: only plain LoRA adapters are read ({key} = "
+                f"{plain!r})"
+            )
+    try:
+        r = check_integer(config.get("r"), f"{path!r}: r", 1, "an integer >= 1")
+        alpha = check_positive(config.get("lora_alpha"), f"{path!r}: lora_alpha")
+        dropout = check_probability(config.get("lora_dropout", 0.0), f"{path!r}: lora_dropout")
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+    return r, alpha, dropout
+
+
+def read_tensors(path):
+    """The arrays of a safetensors file, or a ValueError naming it."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError, ValueError, TypeError) as exc:
+        raise ValueError(
+            f"{path!r} is not a safetensors file of arrays NumPy can read ({exc})"
+        ) from None
+
+
+def read_peft_adapter(folder, model):
+    """r, alpha, dropout and ``{our path: (A (r, d_in), B (d_out, r))}`` of the adapter in
+    ``folder``, every name, shape and value checked against ``model``, in its dtype."""
+    L = lora()
+    r, alpha, dropout = read_config(os.path.join(folder, L.ADAPTER_CONFIG))
+    path = os.path.join(folder, L.ADAPTER_WEIGHTS)
+    tensors = read_tensors(path)
+    linears = {p: m for p, m in model.named_modules() if type(m) is Linear}
+    ours = {L.peft_path(p): p for p in linears if L.peft_path(p)}  # transformers' -> ours
+    pairs = {}
+    for key, value in tensors.items():
+        m = re.fullmatch(re.escape(L.PREFIX) + r"(.+)\.lora_([AB])\.weight", key)
+        if m is None or m[1] not in ours:
+            raise ValueError(
+                f"{path!r}: the tensor {key!r} is not a LoRA matrix of a map of this "
+                f"LlamaModel ({model.config.n_layers} layers), named as PEFT names them "
+                f"('{L.PREFIX}model.layers.0.self_attn.q_proj.lora_A.weight')"
+            )
+        pairs.setdefault(ours[m[1]], {})[m[2]] = value
+    if not pairs:
+        raise ValueError(f"{path!r} holds no LoRA matrices")
+    weights = {}
+    for p in linears:  # in the model's order
+        if p not in pairs:
+            continue
+        if set(pairs[p]) != {"A", "B"}:
+            raise ValueError(f"{path!r}: {L.peft_path(p)} has lora_A or lora_B, not both")
+        lin, (A, B) = linears[p], (pairs[p]["A"], pairs[p]["B"])
+        if A.shape != (r, lin.d_in) or B.shape != (lin.d_out, r):
+            raise ValueError(
+                f"{path!r}: {L.peft_path(p)} has lora_A {A.shape} and lora_B {B.shape}; this "
+                f"model with r = {r} needs {(r, lin.d_in)} and {(lin.d_out, r)}"
+            )
+        dtype = lin.params["W"].dtype
+        for name, w in (("lora_A", A), ("lora_B", B)):
+            if w.dtype.kind != "f":
+                raise ValueError(f"{path!r}: {L.peft_path(p)}.{name} has dtype {w.dtype}")
+            with np.errstate(over="ignore"):  # (too large for float32: inf, reported)
+                check_finite(w.astype(dtype), f"{path!r}: {L.peft_path(p)}.{name} (in {dtype})")
+        weights[p] = (A.astype(dtype), B.astype(dtype))
+    return r, alpha, dropout, weights

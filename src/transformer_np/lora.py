@@ -1,0 +1,504 @@
+r"""LoRA: low-rank adapters on frozen Linear maps (Hu et al. 2021), saved as PEFT saves them.
+
+Fine-tuning every weight of a model needs a gradient and two Adam moments per weight. LoRA
+freezes the weights ``W`` (d_in, d_out) of a few Linear maps and learns a change of low rank r
+beside each one:
+
+.. math:: y = x W + b + \frac{\alpha}{r}\, \mathrm{dropout}(x)\, A B, \qquad
+          A \in \mathbb{R}^{d_{in} \times r},\; B \in \mathbb{R}^{r \times d_{out}}
+
+``r (d_in + d_out)`` trainable numbers per map instead of ``d_in d_out``. B starts at zero, so
+the adapted model starts equal to the base; A starts as PEFT starts it. After training, the
+change can be merged into W for inference (:func:`merge_lora`), and taken out again
+(:func:`unmerge_lora`).
+
+* :class:`LoRALinear`: a Linear with its adapter (two Linear maps, A and B);
+* :func:`add_lora`: freeze a model and put adapters on the maps named by ``targets``;
+* :func:`lora_params`: the adapters' matrices, to give to an optimiser;
+* :func:`save_lora`, :func:`load_lora`: the adapters alone, in the files of PEFT's
+  ``save_pretrained`` (``adapter_model.safetensors``, ``adapter_config.json``), readable by
+  ``PeftModel.from_pretrained`` on transformers' ``LlamaForCausalLM``.
+
+The weights are in the package's convention, ``x @ W`` with W (d_in, d_out): the matrix of the
+Linear ``lora_A`` is (d_in, r), the transpose of PEFT's ``lora_A.weight`` (r, d_in), and that of
+``lora_B`` is (r, d_out), the transpose of ``lora_B.weight`` (d_out, r).
+
+Shape glossary: N rows (the leading axes flattened), r the rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+
+from ._checks.boundary import checked
+from ._checks.general import as_grad
+from ._checks.lora import (
+    check_add_lora,
+    check_load_lora,
+    check_lora_call,
+    check_lora_init,
+    check_lora_params,
+    check_merge_lora,
+    check_save_lora,
+    check_unmerge_lora,
+    read_peft_adapter,
+)
+from .checkpoints import write_atomically
+from .layers import Dropout, Linear
+from .llama import LlamaModel
+from .module import Module
+
+__all__ = [
+    "ADAPTER_CONFIG",
+    "ADAPTER_WEIGHTS",
+    "LoRALinear",
+    "add_lora",
+    "load_lora",
+    "lora_params",
+    "merge_lora",
+    "save_lora",
+    "unmerge_lora",
+]
+
+#: The two files of an adapter, named as PEFT's ``save_pretrained`` names them.
+ADAPTER_WEIGHTS, ADAPTER_CONFIG = "adapter_model.safetensors", "adapter_config.json"
+
+
+class LoRALinear(Module):
+    r"""A frozen Linear map with a trainable low-rank adapter beside it.
+
+    Parameters
+    ----------
+    base : Linear
+        The map to adapt; it is frozen (:meth:`~transformer_np.Module.freeze`).
+    r : int, default 8
+        The rank of the change (> 0).
+    alpha : float, default 16
+        The change is scaled by ``alpha / r`` (> 0), as in the paper and PEFT.
+    dropout : float in [0, 1), default 0.0
+        Dropout on the adapter's input (in training mode only).
+    rng : np.random.Generator or int, optional
+        Source of the initial A and of the dropout masks.
+
+    Attributes
+    ----------
+    base : Linear
+        The frozen map, ``W`` (d_in, d_out) and perhaps ``b``.
+    lora_A : Linear
+        d_in -> r, no bias: ``W`` (d_in, r), initialised U(-1/sqrt(d_in), 1/sqrt(d_in)), PEFT's
+        ``kaiming_uniform_(a=sqrt(5))`` (the default of ``torch.nn.Linear``).
+    lora_B : Linear
+        r -> d_out, no bias: ``W`` (r, d_out), initialised to zero.
+    params : NestedParams
+        ``W`` (and ``b``) of the base, ``lora_A`` and ``lora_B``; inside a layer of named maps
+        (:class:`~transformer_np.MultiHeadAttention`) ``W_q``, ``lora_A_q``, ``lora_B_q``.
+    merged : bool
+        Whether ``W`` holds ``W + (alpha / r) A B`` (:meth:`merge`).
+
+    Notes
+    -----
+    .. math:: y = x W + b + s\, \mathrm{dropout}(x)\, A B, \qquad s = \alpha / r
+
+    and, with :math:`g` = dL/dy and :math:`u` = dropout(x) (N rows):
+
+    .. math:: \frac{\partial L}{\partial B} = s\, (u A)^\top g, \qquad
+              \frac{\partial L}{\partial A} = s\, u^\top (g B^\top), \qquad
+              \frac{\partial L}{\partial x} = g W^\top + s\, \mathrm{dropout}'(g B^\top A^\top)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from transformer_np import Linear
+    >>> from transformer_np.lora import LoRALinear
+    >>> base = Linear(16, 8, rng=0)
+    >>> lora = LoRALinear(base, r=2, alpha=4, rng=0)
+    >>> x = np.ones((3, 16))
+    >>> bool(np.array_equal(lora(x), base(x)))  # B = 0: the base map, unchanged
+    True
+    >>> sorted(lora.params)
+    ['W', 'b', 'lora_A', 'lora_B']
+    """
+
+    check_init, check_call = check_lora_init, check_lora_call
+
+    def __init__(self, base, r=8, alpha=16, *, dropout=0.0, rng=None):
+        super().__init__()
+        self.r, self.alpha, self.scale = int(r), float(alpha), float(alpha) / int(r)
+        self.d_in, self.d_out, self.merged = base.d_in, base.d_out, False
+        rng = np.random.default_rng(rng)
+        dtype = base.params["W"].dtype
+        self.base = base.freeze()  # no gradient computed or kept for W and b
+        self.lora_A = Linear(self.d_in, self.r, bias=False, rng=rng, dtype=dtype)  # PEFT's init
+        self.lora_B = Linear(self.r, self.d_out, bias=False, dtype=dtype, init="zeros")
+        self.dropout = Dropout(dropout, rng=rng)
+        self.add_children(base=base, lora_A=self.lora_A, lora_B=self.lora_B, dropout=self.dropout)
+
+    def __repr__(self):
+        return (
+            f"LoRALinear(d_in={self.d_in}, d_out={self.d_out}, r={self.r}, "
+            f"alpha={self.alpha:g}, merged={self.merged})"
+        )
+
+    @staticmethod
+    def join_key(child, key):
+        """The base keeps its names (``W``, ``b``); the adapters' are ``lora_A``, ``lora_B``."""
+        return key if child == "base" else child
+
+    # --8<-- [start:lora_linear]
+    def forward(self, x):
+        """``x W + b + (alpha / r) dropout(x) A B``: (..., d_in) -> (..., d_out)."""
+        y = self.base.forward(x)  # (..., d_in) -> (..., d_out), the frozen map
+        self.cache = {**self.base.cache, "adapted": not self.merged}  # a Linear's, and more
+        if self.merged:  # W already holds W + (alpha / r) A B
+            return y
+        h = self.lora_A.forward(self.dropout.forward(x))  # (..., d_in) -> (..., r)
+        y += x.dtype.type(self.scale) * self.lora_B.forward(h)  # (..., r) -> (..., d_out)
+        return y
+
+    def backward(self, grad_output):
+        """dL/dy (..., d_out) -> dL/dx (..., d_in); ``grads`` gets ``lora_A`` and ``lora_B``."""
+        if not self.saved()["adapted"]:
+            raise RuntimeError(
+                "LoRALinear.backward after a forward pass with the adapter merged into W: "
+                "call unmerge_lora(model) (or unmerge()) before training"
+            )
+        c = self.base.saved()
+        g = as_grad(grad_output, c["shape"][:-1] + (self.d_out,), c["x"].dtype)
+        dx = self.base.backward(g)  # through the frozen W: g W^T, and no dL/dW
+        dh = self.lora_B.backward(g * g.dtype.type(self.scale))  # (..., d_out) -> (..., r)
+        dx += self.dropout.backward(self.lora_A.backward(dh))  # (..., r) -> (..., d_in)
+        return dx
+
+    # --8<-- [end:lora_linear]
+
+    def delta(self):
+        """The change of W, ``(alpha / r) A B``: (d_in, r) @ (r, d_out) -> (d_in, d_out)."""
+        return self.scale * (self.lora_A.params["W"] @ self.lora_B.params["W"])
+
+    def merge(self):
+        """``W += (alpha / r) A B``, in place: the base map alone then computes the adapted one."""
+        W = self.base.params["W"]
+        W += self.delta().astype(W.dtype, copy=False)
+        self.merged = True
+
+    def unmerge(self):
+        """``W -= (alpha / r) A B``: W back as it was, up to rounding."""
+        W = self.base.params["W"]
+        W -= self.delta().astype(W.dtype, copy=False)
+        self.merged = False
+
+
+# --------------------------------------------------------------------------------------------
+# adding, merging, the parameters
+# --------------------------------------------------------------------------------------------
+
+
+def lora_layers(model):
+    """``{path: LoRALinear}`` of the adapted maps of ``model``, in the model's order."""
+    return {p: m for p, m in model.named_modules() if isinstance(m, LoRALinear)}
+
+
+# the maps of a LlamaModel block, our path -> transformers' (LlamaDecoderLayer)
+PEFT_NAMES = {
+    "attn.q": "self_attn.q_proj",
+    "attn.k": "self_attn.k_proj",
+    "attn.v": "self_attn.v_proj",
+    "attn.o": "self_attn.o_proj",
+    "ff.gate": "mlp.gate_proj",
+    "ff.up": "mlp.up_proj",
+    "ff.down": "mlp.down_proj",
+}
+
+
+def peft_path(path):
+    """transformers' name of the map at our ``path`` of a LlamaModel, or None:
+    ``"blocks.3.attn.q"`` -> ``"model.layers.3.self_attn.q_proj"``."""
+    m = re.fullmatch(r"blocks\.(\d+)\.(\w+\.\w+)", path)
+    if m is None or m[2] not in PEFT_NAMES:
+        return None
+    return f"model.layers.{m[1]}.{PEFT_NAMES[m[2]]}"
+
+
+def names_one(target, name):
+    """Whether ``target`` names the layer ``name``: the whole dotted name, its end after a dot
+    (``"q"``, ``"attn.q"``), or a regular expression matching the whole name."""
+    if name == target or name.endswith("." + target):
+        return True
+    try:
+        return re.fullmatch(target, name) is not None
+    except re.error:
+        return False
+
+
+def find_targets(model, targets):
+    """``{path: Linear}`` of the Linear layers of ``model`` that ``targets`` name.
+
+    A LlamaModel's maps answer to our names (``"blocks.0.attn.q"``) and to transformers'
+    (``"model.layers.0.self_attn.q_proj"``, so ``"q_proj"``); a target naming no Linear is an
+    error that lists the names there are.
+    """
+    is_llama = isinstance(model, LlamaModel)
+    linears = {p: m for p, m in model.named_modules() if type(m) is Linear}
+    names = {p: [p] + ([peft_path(p)] if is_llama and peft_path(p) else []) for p in linears}
+    found = {}
+    for target in targets:
+        hits = [p for p, ns in names.items() if any(names_one(target, n) for n in ns)]
+        if not hits:
+            kinds = sorted({re.sub(r"\.\d+\.", ".*.", n) for ns in names.values() for n in ns})
+            raise ValueError(
+                f"targets: {target!r} names no Linear layer of the {type(model).__name__}; its "
+                f"Linear layers are {', '.join(kinds)} (a name, its end after a dot such as "
+                "'q', or a regular expression matching a whole name)"
+            )
+        found.update((p, linears[p]) for p in hits)
+    return {p: m for p, m in linears.items() if p in found}  # in the model's order
+
+
+def adapt(model, found, r, alpha, dropout, rng):
+    """Freeze ``model`` and put a LoRALinear in place of each Linear of ``found``."""
+    model.freeze()  # 1. every weight of the base frozen
+    for path, linear in found.items():  # 2. an adapter beside each chosen map
+        lora = LoRALinear(linear, r, alpha, dropout=dropout, rng=rng)
+        model.replace(path, lora.train(linear.training))
+    return model
+
+
+@checked(check_add_lora)
+def add_lora(model, r=8, alpha=16, *, targets=("q", "v"), dropout=0.0, rng=None):
+    """Freeze ``model`` and put a low-rank adapter on each Linear map that ``targets`` name.
+
+    Parameters
+    ----------
+    model : Module
+        A model or a layer with sub-layers (LlamaModel, LanguageModel, MultiHeadAttention...),
+        changed in place: the outermost one (whose ``params`` you use), so that every view of
+        the parameters sees the adapters.
+    r : int, default 8
+        Rank of every adapter (> 0).
+    alpha : float, default 16
+        Scale ``alpha / r`` of every change (> 0).
+    targets : str or sequence of str, default ("q", "v")
+        The maps to adapt, by the dotted path of the Linear layer (``"blocks.0.attn.q"``): a
+        whole path, its end after a dot (``"q"``: the queries of every attention), or a regular
+        expression matching a whole path (``r"blocks\\.[01]\\.attn\\.(q|v)"``). A LlamaModel's
+        maps also answer to transformers' names (``"q_proj"``, ``"self_attn.v_proj"``,
+        ``"mlp.down_proj"``), as PEFT's ``target_modules``. Default: the attention's queries and
+        values, PEFT's default for LLaMA (``["q_proj", "v_proj"]``).
+    dropout : float in [0, 1), default 0.0
+        Dropout on the adapters' input, in training mode.
+    rng : np.random.Generator or int, optional
+        Source of the initial A matrices and of the dropout masks.
+
+    Returns
+    -------
+    Module
+        ``model`` itself: every parameter frozen (:meth:`~transformer_np.Module.freeze`), each
+        chosen Linear replaced by a :class:`LoRALinear` around it. ``model.params`` gains the
+        adapters (``blocks.0.attn.lora_A_q``, ...) and after ``backward`` ``model.grads`` holds
+        theirs only.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``model`` is not a layer with sub-layers or already has adapters, ``r``, ``alpha``,
+        ``dropout`` or ``rng`` is out of range, or a target names no Linear layer (the message
+        lists the names).
+
+    Examples
+    --------
+    >>> from transformer_np import LlamaConfig, LlamaModel
+    >>> from transformer_np.lora import add_lora, lora_params
+    >>> cfg = LlamaConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
+    ...                   d_ff=64, max_len=16)
+    >>> model = add_lora(LlamaModel(cfg, rng=0), r=4, alpha=8, rng=0)
+    >>> list(lora_params(model))[:2]
+    ['blocks.0.attn.lora_A_q', 'blocks.0.attn.lora_B_q']
+    """
+    return adapt(model, find_targets(model, targets), r, alpha, dropout, rng)
+
+
+@checked(check_lora_params)
+def lora_params(model):
+    """The adapters' matrices of ``model``, ``{name: array}``, in the order of ``model.params``.
+
+    The arrays themselves (no copy): give them to an optimiser
+    (``Adam(lora_params(model))``), which updates them in place, with ``model.grads`` after
+    each backward pass (the gradients of the adapters only: the rest is frozen).
+
+    Raises
+    ------
+    ValueError
+        If ``model`` has no adapters (:func:`add_lora` first).
+    """
+    adapters = {id(a.lora_A) for a in lora_layers(model).values()}
+    adapters |= {id(a.lora_B) for a in lora_layers(model).values()}
+    return {name: leaf.params[k] for name, leaf, k in model.leaves() if id(leaf) in adapters}
+
+
+@checked(check_merge_lora)
+def merge_lora(model):
+    """Merge every adapter into its map, ``W += (alpha / r) A B``, for inference; returns model.
+
+    The merged model computes the adapted one with the cost of the base: one product per map.
+    :func:`unmerge_lora` takes the changes out again (to train on, or to save another adapter).
+
+    Raises
+    ------
+    ValueError
+        If ``model`` has no adapters, or they are merged already.
+    """
+    for layer in lora_layers(model).values():
+        layer.merge()
+    return model
+
+
+@checked(check_unmerge_lora)
+def unmerge_lora(model):
+    """Take every merged adapter out of its map, ``W -= (alpha / r) A B``; returns model.
+
+    W comes back up to rounding (one addition and one subtraction in W's dtype).
+
+    Raises
+    ------
+    ValueError
+        If ``model`` has no adapters, or they are not merged.
+    """
+    for layer in lora_layers(model).values():
+        layer.unmerge()
+    return model
+
+
+# --------------------------------------------------------------------------------------------
+# the files of PEFT
+# --------------------------------------------------------------------------------------------
+
+PREFIX = "base_model.model."  # what PEFT puts before the names of transformers' model
+
+
+def peft_config(model, layers, base_model):
+    """The ``adapter_config.json`` of PEFT's LoRA for ``layers`` ({path: LoRALinear})."""
+    first = next(iter(layers.values()))
+    paths = [peft_path(p) for p in layers]
+    short = sorted({p.rsplit(".", 1)[1] for p in paths})
+    every = [peft_path(p) for p, m in model.named_modules() if peft_path(p)]
+    # the short names if they select exactly these maps, else the whole names
+    exact = sorted(paths) == sorted(p for p in every if p.rsplit(".", 1)[1] in short)
+    alpha = int(first.alpha) if first.alpha.is_integer() else first.alpha
+    return {
+        "alpha_pattern": {},
+        "base_model_name_or_path": base_model,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+        "init_lora_weights": True,
+        "layers_pattern": None,
+        "layers_to_transform": None,
+        "lora_alpha": alpha,
+        "lora_dropout": first.dropout.p,
+        "modules_to_save": None,
+        "peft_type": "LORA",
+        "r": first.r,
+        "rank_pattern": {},
+        "revision": None,
+        "target_modules": short if exact else sorted(paths),
+        "task_type": "CAUSAL_LM",
+        "use_dora": False,
+        "use_rslora": False,
+    }
+
+
+@checked(check_save_lora)
+def save_lora(folder, model, *, base_model=None, overwrite=False):
+    """Save the adapters alone, in the two files of PEFT's ``save_pretrained``.
+
+    ``folder/adapter_model.safetensors`` holds, for each adapted map, ``lora_A.weight`` (r, d_in)
+    and ``lora_B.weight`` (d_out, r) in PyTorch's convention under transformers' names
+    (``base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight``), and
+    ``folder/adapter_config.json`` the configuration (``r``, ``lora_alpha``,
+    ``target_modules``, ``peft_type`` "LORA", ``task_type`` "CAUSAL_LM", ...). PEFT's
+    ``PeftModel.from_pretrained(hf_model, folder)`` reads them; so does :func:`load_lora`.
+
+    Parameters
+    ----------
+    folder : str or path-like
+        The folder of the two files; created if missing (its parent must exist).
+    model : LlamaModel
+        With adapters (:func:`add_lora`), merged or not; one r, alpha and dropout for all.
+    base_model : str, optional
+        The name of the base model recorded in the configuration
+        (``base_model_name_or_path``), such as ``"HuggingFaceTB/SmolLM2-135M-Instruct"``.
+    overwrite : bool, default False
+        Whether the two files may replace files already in ``folder``. Each file is written in
+        one step (never half a file); nothing else in ``folder`` is touched.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``model`` is not a LlamaModel with adapters of one r, alpha and dropout, an adapter
+        holds NaN or inf, or ``base_model`` is not a str.
+    FileExistsError
+        If one of the files exists and ``overwrite`` is False (checked before anything is
+        written).
+    FileNotFoundError, NotADirectoryError
+        If the parent of ``folder`` does not exist, or ``folder`` is a file.
+    """
+    from safetensors.numpy import save
+
+    layers = lora_layers(model)
+    tensors = {}
+    for path, layer in layers.items():
+        key = PREFIX + peft_path(path)
+        # ours x @ W, PyTorch's x @ weight.T: weight = W.T
+        tensors[f"{key}.lora_A.weight"] = np.ascontiguousarray(layer.lora_A.params["W"].T)
+        tensors[f"{key}.lora_B.weight"] = np.ascontiguousarray(layer.lora_B.params["W"].T)
+    config = json.dumps(peft_config(model, layers, base_model), indent=2, sort_keys=True)
+    os.makedirs(folder, exist_ok=True)
+    weights, config = save(tensors, {"format": "pt"}), (config + "\n").encode()
+    write_atomically(
+        os.path.join(folder, ADAPTER_WEIGHTS), lambda f: f.write(weights), overwrite, "adapter"
+    )
+    write_atomically(
+        os.path.join(folder, ADAPTER_CONFIG), lambda f: f.write(config), overwrite, "adapter"
+    )
+
+
+@checked(check_load_lora)
+def load_lora(folder, model):
+    """Put on ``model`` the adapters of ``folder``, written by :func:`save_lora` or by PEFT.
+
+    Parameters
+    ----------
+    folder : str or path-like
+        A folder with ``adapter_config.json`` and ``adapter_model.safetensors`` (PEFT's
+        ``save_pretrained`` of a LoRA adapter on a LLaMA model).
+    model : LlamaModel
+        The base model, without adapters; changed in place.
+
+    Returns
+    -------
+    LlamaModel
+        ``model``, frozen, with a :class:`LoRALinear` on every map the file adapts, holding the
+        file's matrices (in the model's dtype). The model is unchanged if the files are not
+        read: everything is checked first.
+
+    Raises
+    ------
+    FileNotFoundError, NotADirectoryError
+        If ``folder`` or one of its two files is missing.
+    ValueError
+        If a file is not what PEFT writes (not JSON, not safetensors), the adapter is not a
+        plain LoRA (DoRA, rsLoRA, per-module ranks, biases...) or does not fit the model (a
+        name, a shape, NaN or inf). The message names the file.
+    """
+    r, alpha, dropout, weights = read_peft_adapter(folder, model)  # {path: (A, B)}, checked
+    found = {p: m for p, m in model.named_modules() if p in weights}
+    adapt(model, found, r, alpha, dropout, rng=0)
+    for path, layer in lora_layers(model).items():
+        A, B = weights[path]  # PyTorch's (r, d_in) and (d_out, r)
+        layer.lora_A.params["W"][...] = A.T
+        layer.lora_B.params["W"][...] = B.T
+    return model
