@@ -199,3 +199,51 @@ def test_ctrl_c_at_the_prompt_ends_the_chat_with_a_short_message(fake_model, mon
     assert chat.main([]) == 130
     err = capsys.readouterr().err
     assert err.strip() == "interrupted" and "Traceback" not in err
+
+
+# ============================================================================================
+# --adapter: a LoRA adapter saved by the fine-tuning demo
+# ============================================================================================
+
+
+def test_an_adapter_that_is_not_there_is_a_usage_error_before_any_loading(
+    tmp_path, no_loading, capsys
+):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "empty").mkdir()
+    cases = {
+        tmp_path / "missing": "does not exist: give the folder a fine-tuning run saved",
+        tmp_path / "file": "is a file: give the folder a fine-tuning run saved",
+        tmp_path / "empty": "has no adapter_model.safetensors and no adapter_config.json",
+    }
+    for folder, message in cases.items():
+        with pytest.raises(SystemExit) as exc:
+            chat.main(["--prompt", "hi", "--adapter", str(folder)])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+@needs_model
+def test_the_adapter_changes_the_answer_as_the_adapted_model_does(tmp_path, monkeypatch, capsys):
+    from transformer_np import LlamaConfig, LlamaModel
+    from transformer_np.lora import add_lora, load_lora, lora_params, save_lora
+    from transformer_np.pretrained import load_smollm2_tokenizer
+
+    cfg = LlamaConfig(vocab_size=chat.VOCAB_SIZE, d_model=32, n_layers=2, n_heads=4,
+                      n_kv_heads=2, d_ff=64, max_len=64, dtype="float64")  # fmt: skip
+    trained = add_lora(LlamaModel(cfg, rng=0), 4, 8, rng=0)
+    for p in lora_params(trained).values():  # a visible change: B no longer zero
+        p[...] = np.random.default_rng(1).standard_normal(p.shape)
+    save_lora(tmp_path / "adapter", trained)
+    tokenizer = load_smollm2_tokenizer()
+    monkeypatch.setattr(chat, "load_tokenizer", lambda: tokenizer)
+    monkeypatch.setattr(chat, "load_chat_model", lambda dtype: LlamaModel(cfg, rng=0))
+    argv = ["--prompt", "Ciao", "--max-new-tokens", "6"]
+    assert chat.main(argv) == 0
+    plain = capsys.readouterr().out
+    assert chat.main([*argv, "--adapter", str(tmp_path / "adapter")]) == 0
+    adapted = capsys.readouterr().out
+    # the answer of the base with the saved adapter beside its weights (not merged)
+    model = load_lora(tmp_path / "adapter", LlamaModel(cfg, rng=0))
+    messages = [{"role": "user", "content": "Ciao"}]
+    assert adapted == "".join(chat.answer(model, tokenizer, messages, max_new_tokens=6)) + "\n"
+    assert adapted != plain

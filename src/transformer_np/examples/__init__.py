@@ -1,6 +1,7 @@
-"""Runnable demos: ``python -m transformer_np.examples.reverse`` and ``... .charlm``.
+"""Runnable demos: ``python -m transformer_np.examples.reverse``, ``... .charlm`` (trained here),
+``... .chat`` (SmolLM2) and ``... .finetune`` (LoRA on SmolLM2).
 
-What the two demos share: their trained checkpoints shipped in ``examples/data/``, and the
+What the two training demos share: their trained checkpoints shipped in ``examples/data/``, and the
 options of their command lines (``--steps``, ``--seed``, ``--time-limit``, ``--save``, ...).
 """
 

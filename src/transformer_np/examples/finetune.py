@@ -1,0 +1,569 @@
+"""SmolLM2-135M-Instruct learns to answer questions about the Transformer in Italian, with LoRA.
+
+Run it::
+
+    python -m transformer_np.examples.finetune --save tutor   # a few minutes on two cores
+    python -m transformer_np.examples.finetune --quick        # a few short steps, to try it
+    python -m transformer_np.examples.chat --adapter tutor    # then ask the tutor yourself
+
+The data (``data/tutor_it.jsonl``, shipped with the package) are questions about the
+Transformer with short Italian answers, written from the site's glossary and chapters. The
+*held-out* questions are other wordings of training questions: their loss says whether the model
+learned the answers, not only the exact words of the questions it saw.
+
+Each pair is written with the model's chat template (the question as the user's turn, the answer
+as the assistant's), and the loss is the cross-entropy on the answer's tokens only, with the
+``<|im_end|>`` that closes it. The model's weights stay frozen: LoRA adapters (rank 8) on the
+queries and values of every attention layer are trained with AdamW, a warm-up then a cosine
+learning rate, gradient clipping and gradient accumulation. The held-out loss is measured before
+and after, a few held-out questions are answered (greedy) before and after, and ``--save``
+writes the adapter in PEFT's layout with the log of the run (``training_log.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from importlib import resources
+
+import numpy as np
+
+from .._checks.files import non_negative_int, positive_float, positive_int
+from .._checks.finetune import LOG_FILE, check_finetune_options
+from ..clipping import clip_grad_norm
+from ..losses import CrossEntropyLoss
+from ..optim import Adam
+from ..train import progress_bar
+
+__all__ = [
+    "DATA_FILE",
+    "IGNORE",
+    "WarmupCosine",
+    "accumulated_gradients",
+    "encode_pair",
+    "finetune",
+    "heldout_loss",
+    "load_pairs",
+    "main",
+    "make_batch",
+    "tutor_answer",
+]
+
+DATA_FILE = "tutor_it.jsonl"
+IGNORE = -100  # the target of a position the loss skips (the question, the template, padding)
+BASE_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"  # recorded in adapter_config.json
+
+
+def load_pairs(split=None):
+    """The question/answer pairs shipped with the package.
+
+    Parameters
+    ----------
+    split : {"train", "heldout"}, optional
+        Only the pairs of this split (default: all).
+
+    Returns
+    -------
+    list of dict
+        ``id``, ``split``, ``topic``, ``question``, ``answer``, and for the other wordings of a
+        question ``source``, the ``id`` of the training pair it rewords (same answer).
+    """
+    if split not in (None, "train", "heldout"):
+        raise ValueError(f'split must be "train", "heldout" or None, got {split!r}')
+    text = (resources.files(__package__) / "data" / DATA_FILE).read_text(encoding="utf-8")
+    pairs = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [p for p in pairs if split is None or p["split"] == split]
+
+
+def encode_pair(tokenizer, question, answer):
+    """The token ids of one exchange and the number of them that are the prompt.
+
+    Parameters
+    ----------
+    tokenizer : transformer_np.pretrained.Tokenizer
+        SmolLM2's, with its chat template.
+    question, answer : str
+
+    Returns
+    -------
+    ids : list of int
+        The prompt (the template's system message, the user's turn, the assistant's turn
+        opened), then the answer and ``<|im_end|>``: the ids of the rendered conversation.
+    n_prompt : int
+        How many of ``ids`` are the prompt; the loss is on the ``len(ids) - n_prompt`` others.
+    """
+    prompt = tokenizer.chat_ids([{"role": "user", "content": question}])  # ends "assistant\n"
+    reply = tokenizer.encode(answer) + [tokenizer.eos_id]  # the answer, then <|im_end|>
+    return prompt + reply, len(prompt)
+
+
+def make_batch(examples, pad_id):
+    """Inputs and targets of a batch of encoded pairs, padded on the right.
+
+    Parameters
+    ----------
+    examples : list of (list of int, int)
+        What :func:`encode_pair` returns, for B pairs.
+    pad_id : int
+        The id put after the shorter sequences (never a target: the causal mask keeps the
+        positions before it from seeing it).
+
+    Returns
+    -------
+    ids : ndarray of int64, shape (B, T)
+        Every sequence but its last token (the model reads it).
+    targets : ndarray of int64, shape (B, T)
+        The next token where it is a token of the answer (or its ``<|im_end|>``), else
+        :data:`IGNORE`: the loss is on the answer's tokens only.
+    """
+    T = max(len(seq) for seq, _ in examples) - 1
+    ids = np.full((len(examples), T), pad_id, dtype=np.int64)
+    targets = np.full((len(examples), T), IGNORE, dtype=np.int64)
+    for i, (seq, n_prompt) in enumerate(examples):
+        ids[i, : len(seq) - 1] = seq[:-1]
+        # position t predicts token t + 1: the answer's tokens are n_prompt, ..., len(seq) - 1
+        targets[i, n_prompt - 1 : len(seq) - 1] = seq[n_prompt:]
+    return ids, targets
+
+
+class WarmupCosine:
+    """A learning rate that grows linearly for ``warmup`` steps, then comes down as a cosine.
+
+    At step t (from 1), with w = ``warmup`` and n = ``total``: ``peak * t / w`` up to w, then
+    ``peak * (1 + cos(pi * p)) / 2`` with ``p = (t - w) / (n - w + 1)``, which comes down
+    towards 0 (the last step still has a small positive rate).
+    """
+
+    def __init__(self, peak, warmup, total):
+        self.peak, self.warmup, self.total = float(peak), int(warmup), int(total)
+
+    def __call__(self, step):
+        if step <= self.warmup:
+            return self.peak * step / self.warmup
+        progress = (step - self.warmup) / (self.total - self.warmup + 1)  # below 1 at total
+        return self.peak * 0.5 * (1 + math.cos(math.pi * progress))
+
+    def __repr__(self):
+        return f"WarmupCosine(peak={self.peak:g}, warmup={self.warmup}, total={self.total})"
+
+
+def batches_of(examples, size):
+    """``examples`` cut into lists of at most ``size``."""
+    return [examples[i : i + size] for i in range(0, len(examples), size)]
+
+
+def heldout_loss(model, examples, pad_id, *, batch_size=8):
+    """The mean cross-entropy per answer token of ``examples`` (the encoded held-out pairs).
+
+    Returns
+    -------
+    float
+        Over all their answer tokens together (a long answer counts for its tokens).
+    """
+    loss_fn = CrossEntropyLoss(ignore_index=IGNORE)
+    total, count = 0.0, 0
+    ordered = sorted(examples, key=lambda e: len(e[0]))  # similar lengths: little padding
+    with model.evaluation_mode():
+        for batch in batches_of(ordered, batch_size):
+            ids, targets = make_batch(batch, pad_id)
+            n = int((targets != IGNORE).sum())
+            total += loss_fn.forward(model.forward(ids), targets) * n
+            count += n
+    return total / count
+
+
+def accumulated_gradients(model, batches, params):
+    """The loss and the gradients of ``params`` over several batches, as if they were one.
+
+    Each batch's loss is the mean over its answer tokens; weighted by its share of all the
+    answer tokens, the sum is the mean over all of them, and so is the sum of the gradients
+    (gradient accumulation: the memory of one batch, the gradient of all).
+
+    Parameters
+    ----------
+    model : LlamaModel
+        With adapters; its ``grads`` after each backward pass hold ``params``' gradients.
+    batches : list of (ndarray, ndarray)
+        ``(ids, targets)`` of each batch (:func:`make_batch`).
+    params : dict of str to ndarray
+        The trainable parameters (:func:`~transformer_np.lora.lora_params`).
+
+    Returns
+    -------
+    loss : float
+        The mean cross-entropy over the answer tokens of all the batches.
+    grads : dict of str to ndarray
+        Its gradient, for each of ``params``.
+    """
+    loss_fn = CrossEntropyLoss(ignore_index=IGNORE)
+    n_total = sum(int((targets != IGNORE).sum()) for _, targets in batches)
+    grads = {name: np.zeros_like(p) for name, p in params.items()}
+    loss = 0.0
+    for ids, targets in batches:
+        share = int((targets != IGNORE).sum()) / n_total
+        loss += share * loss_fn.forward(model.forward(ids), targets)
+        model.backward(loss_fn.backward(share))  # d(share * loss) / d logits
+        for name in grads:
+            grads[name] += model.grads[name]
+    return loss, grads
+
+
+def tutor_answer(model, tokenizer, question, *, max_new_tokens=60):
+    """The model's greedy answer to ``question`` (the chat demo's :func:`~.chat.answer`)."""
+    from .chat import answer
+
+    messages = [{"role": "user", "content": question}]
+    return "".join(answer(model, tokenizer, messages, max_new_tokens=max_new_tokens)).strip()
+
+
+def finetune(
+    model,
+    tokenizer,
+    train_pairs,
+    heldout_pairs,
+    *,
+    steps=40,
+    batch_size=4,
+    accumulation=2,
+    lr=2e-3,
+    warmup=4,
+    weight_decay=0.01,
+    clip_norm=1.0,
+    rank=8,
+    alpha=16,
+    targets=("q", "v"),
+    eval_every=0,
+    shown=3,
+    max_new_tokens=60,
+    time_limit=None,
+    seed=0,
+    progress=True,
+    stream=None,
+):
+    """Put LoRA adapters on ``model`` and train them on the question/answer pairs.
+
+    Parameters
+    ----------
+    model : LlamaModel
+        SmolLM2 (or any LlamaModel that ``tokenizer`` fits), changed in place: frozen, with
+        adapters (:func:`~transformer_np.lora.add_lora`), trained.
+    tokenizer : transformer_np.pretrained.Tokenizer
+    train_pairs, heldout_pairs : list of dict
+        With ``question`` and ``answer`` (:func:`load_pairs`).
+    steps : int
+        Optimiser steps; each sees ``batch_size * accumulation`` pairs.
+    batch_size : int
+        Pairs in one forward and backward pass.
+    accumulation : int
+        Passes whose gradients are added up before one step (a batch of
+        ``batch_size * accumulation`` pairs in the memory of ``batch_size``).
+    lr, warmup : float, int
+        Peak learning rate, reached after ``warmup`` steps, then a cosine down to 0
+        (:class:`WarmupCosine`).
+    weight_decay : float
+        AdamW's decoupled weight decay, on the adapters.
+    clip_norm : float
+        The gradient's global norm is clipped to this.
+    rank, alpha, targets
+        Of the adapters (:func:`~transformer_np.lora.add_lora`).
+    eval_every : int
+        Measure the held-out loss every this many steps too (0: only before and after).
+    shown : int
+        Held-out questions answered before and after, taken at even intervals of
+        ``heldout_pairs`` (so from different topics).
+    max_new_tokens : int
+        Longest answer shown.
+    time_limit : float, optional
+        Stop after this many seconds of training.
+    seed : int
+        Seeds the adapters' initial A and the order of the pairs.
+    progress : bool
+        Show a progress bar (tqdm) with the loss and the learning rate.
+    stream : file-like, optional
+        Where the bar is written (default ``sys.stderr``).
+
+    Returns
+    -------
+    dict
+        The log of the run, plain JSON: ``train`` (``step``, ``loss``, ``lr``, ``grad_norm``,
+        ``seconds`` per step), ``heldout`` (``step`` and ``loss`` of each measure, step 0 before
+        training), ``answers`` (``question``, ``before``, ``after``), ``trainable_parameters``,
+        ``stopped`` ("steps" or "time_limit"), ``seconds`` and the options.
+    """
+    from ..lora import add_lora, lora_params
+
+    rng = np.random.default_rng(seed)
+    pad = tokenizer.eos_id
+    train = [encode_pair(tokenizer, p["question"], p["answer"]) for p in train_pairs]
+    held = [encode_pair(tokenizer, p["question"], p["answer"]) for p in heldout_pairs]
+    every = max(1, len(heldout_pairs) // max(1, shown))  # spread over the list (the topics)
+    questions = [p["question"] for p in heldout_pairs[::every][:shown]]
+    log = {
+        "options": dict(
+            steps=steps,
+            batch_size=batch_size,
+            accumulation=accumulation,
+            lr=lr,
+            warmup=warmup,
+            weight_decay=weight_decay,
+            clip_norm=clip_norm,
+            rank=rank,
+            alpha=alpha,
+            targets=list(targets),
+            seed=seed,
+        ),
+        "n_train": len(train),
+        "n_heldout": len(held),
+        "train": {"step": [], "loss": [], "lr": [], "grad_norm": [], "seconds": []},
+        "heldout": [],
+    }
+    start = time.perf_counter()
+    # 1. before: the held-out loss, and the answers of the model as it is
+    log["heldout"].append({"step": 0, "loss": heldout_loss(model, held, pad)})
+    before = [tutor_answer(model, tokenizer, q, max_new_tokens=max_new_tokens) for q in questions]
+    # 2. the adapters, the optimiser (AdamW on the adapters only), the schedule
+    add_lora(model, rank, alpha, targets=targets, rng=rng)
+    params = lora_params(model)
+    log["trainable_parameters"] = int(sum(p.size for p in params.values()))
+    optimizer = Adam(
+        params,
+        lr=WarmupCosine(lr, warmup, steps),
+        betas=(0.9, 0.999),
+        eps=1e-8,
+        weight_decay=weight_decay,
+    )
+    order, used = [], 0  # the training pairs, in a new random order at each pass
+    log["stopped"] = "steps"
+    train_start = time.perf_counter()
+    model.train()
+    with progress_bar(steps, "finetune", stream, progress) as bar:
+        for step in range(1, steps + 1):
+            # 3. the step's pairs, cut into `accumulation` batches
+            chunk = []
+            while len(chunk) < batch_size * accumulation:
+                if used == len(order):
+                    order, used = rng.permutation(len(train)).tolist(), 0
+                chunk.append(train[order[used]])
+                used += 1
+            batches = [make_batch(b, pad) for b in batches_of(chunk, batch_size)]
+            # 4. forward and backward of each batch, the gradients added up
+            loss, grads = accumulated_gradients(model, batches, params)
+            # 5. clip, then one AdamW step with the scheduled learning rate
+            rate = optimizer.current_lr()
+            norm = clip_grad_norm(grads, clip_norm)
+            optimizer.step(grads)
+            for key, value in zip(
+                ("step", "loss", "lr", "grad_norm"), (step, loss, rate, norm), strict=True
+            ):
+                log["train"][key].append(value)
+            log["train"]["seconds"].append(time.perf_counter() - train_start)
+            bar.set_postfix(loss=loss, lr=rate, refresh=False)
+            bar.update()
+            out_of_time = time_limit is not None and time.perf_counter() - train_start > time_limit
+            if eval_every and step % eval_every == 0 and step < steps and not out_of_time:
+                log["heldout"].append({"step": step, "loss": heldout_loss(model, held, pad)})
+                if not bar.disable:
+                    text = f"step {step}: held-out loss {log['heldout'][-1]['loss']:.4f}"
+                    bar.write(text, file=bar.fp)
+            if out_of_time:
+                log["stopped"] = "time_limit"
+                break
+    model.eval()
+    # 6. after: the held-out loss and the same questions again
+    log["heldout"].append({"step": step, "loss": heldout_loss(model, held, pad)})
+    after = [tutor_answer(model, tokenizer, q, max_new_tokens=max_new_tokens) for q in questions]
+    log["answers"] = [
+        {"question": q, "before": b, "after": a}
+        for q, b, a in zip(questions, before, after, strict=True)
+    ]
+    log["seconds"] = time.perf_counter() - start
+    log["train_seconds"] = log["train"]["seconds"][-1]
+    return log
+
+
+# --------------------------------------------------------------------------------------------
+# the command line
+# --------------------------------------------------------------------------------------------
+
+# --quick: a few steps of small batches, the held-out loss on a few questions
+QUICK = dict(steps=4, batch_size=2, accumulation=1, warmup=1, n_heldout=8, shown=1)
+
+
+def make_parser():
+    """The options, each value checked as it is parsed (a bad one: usage error, exit status 2)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m transformer_np.examples.finetune", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="4 steps of 2 pairs, 8 held-out questions: to try it"
+    )
+    parser.add_argument(
+        "--steps",
+        type=positive_int,
+        default=None,
+        help="optimiser steps (default 40, 4 with --quick)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=None,
+        help="pairs per forward and backward pass (default 4)",
+    )
+    parser.add_argument(
+        "--accumulation",
+        type=positive_int,
+        default=None,
+        help="passes added up before each step (default 2)",
+    )
+    parser.add_argument(
+        "--lr", type=positive_float, default=2e-3, help="peak learning rate (default 0.002)"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=non_negative_int,
+        default=None,
+        help="warm-up steps, then a cosine down to 0 (default 4)",
+    )
+    parser.add_argument(
+        "--rank", type=positive_int, default=8, help="rank r of the adapters (default 8)"
+    )
+    parser.add_argument(
+        "--alpha",
+        type=positive_float,
+        default=16.0,
+        help="the change is scaled by alpha / r (default 16)",
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=non_negative_int,
+        default=0,
+        help="measure the held-out loss every this many steps too "
+        "(default 0: before and after only)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=non_negative_int,
+        default=0,
+        help="seeds the adapters and the pairs' order (default 0)",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=positive_float,
+        default=None,
+        help="stop training after this many seconds (default none)",
+    )
+    parser.add_argument(
+        "--save",
+        default=None,
+        help="write the adapter (PEFT's adapter_model.safetensors and "
+        f"adapter_config.json) and {LOG_FILE} into this folder",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="let --save replace the files of an earlier run"
+    )
+    parser.add_argument("--no-progress", action="store_true")
+    return parser
+
+
+def parse_arguments(argv=None):
+    """The command line's options, checked: a bad one is a usage error (exit status 2)."""
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    defaults = dict(steps=40, batch_size=4, accumulation=2, warmup=4)
+    if args.quick:  # an option given with --quick wins over the quick value
+        defaults.update({k: QUICK[k] for k in defaults})
+    for name, value in defaults.items():
+        if getattr(args, name) is None:  # not given (0 is refused, never "the default")
+            setattr(args, name, value)
+    args.n_heldout = QUICK["n_heldout"] if args.quick else None
+    args.shown = QUICK["shown"] if args.quick else 3
+    problem = check_finetune_options(args)
+    if problem:
+        parser.error(problem)
+    return args
+
+
+def load_smollm2_model():
+    """SmolLM2-135M-Instruct in float32 and its tokenizer (a few seconds)."""
+    from ..pretrained import load_smollm2
+
+    return load_smollm2(dtype=np.float32)
+
+
+def save_run(folder, model, log, overwrite):
+    """The adapter in PEFT's layout and the log of the run, in ``folder``."""
+    import os
+
+    from ..lora import save_lora
+
+    save_lora(folder, model, base_model=BASE_MODEL, overwrite=overwrite)
+    path = os.path.join(folder, LOG_FILE)
+    with open(path, "w" if overwrite else "x", encoding="utf-8") as file:
+        json.dump(log, file, ensure_ascii=False, indent=1)
+        file.write("\n")
+
+
+def main(argv=None):
+    """The command line: fine-tune, show the answers before and after, save with ``--save``.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        The exit status: 0; 1 when the model package is missing or damaged, or when a full run
+        does not lower the held-out loss.
+    """
+    args = parse_arguments(argv)
+    train_pairs, heldout_pairs = load_pairs("train"), load_pairs("heldout")
+    heldout_pairs = heldout_pairs[: args.n_heldout]
+    try:
+        model, tokenizer = load_smollm2_model()
+    except (OSError, ImportError) as exc:  # ModelFileError: the model package missing or damaged
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    log = finetune(
+        model,
+        tokenizer,
+        train_pairs,
+        heldout_pairs,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        accumulation=args.accumulation,
+        lr=args.lr,
+        warmup=args.warmup,
+        rank=args.rank,
+        alpha=args.alpha,
+        eval_every=args.eval_every,
+        shown=args.shown,
+        time_limit=args.time_limit,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
+    log["command"] = ["python", "-m", "transformer_np.examples.finetune", *(argv or sys.argv[1:])]
+    first, last = log["heldout"][0]["loss"], log["heldout"][-1]["loss"]
+    print(
+        f"pairs: {log['n_train']} training, {log['n_heldout']} held-out; "
+        f"trainable parameters: {log['trainable_parameters']:,}"
+    )
+    print(
+        f"steps: {log['train']['step'][-1]} ({log['stopped']}), "
+        f"time {log['seconds']:.0f} s (training {log['train_seconds']:.0f} s)"
+    )
+    print(f"held-out loss: {first:.4f} before, {last:.4f} after")
+    for item in log["answers"]:
+        print(f"\n{item['question']}\n  before: {item['before']}\n  after:  {item['after']}")
+    if args.save:
+        save_run(args.save, model, log, args.overwrite)
+        print(f"\nsaved to {args.save}")
+    return 0 if args.quick or last < first else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
