@@ -1,8 +1,15 @@
 """Greedy generation with the key/value cache: ours against PyTorch and the NumPy ceiling.
 
-A ``LanguageModel`` (d_model 64, 4 heads, 2 layers by default, float32, weights of ``rng=0``)
-continues a prompt of 8 tokens by ``--new`` tokens, greedily. Four sides, each in a process of
-its own, timed in interleaved rounds (see ``report.py``):
+``--model lm`` (the default): a ``LanguageModel`` (d_model 64, 4 heads, 2 layers by default,
+float32, weights of ``rng=0``: the character model's architecture, pre-LN, GELU, tied
+embeddings) continues a prompt of 8 tokens by ``--new`` tokens, greedily. ``--model charlm``:
+the same with the trained character model shipped with the package (its context of 64 tokens
+holds the prompt and at most 56 new ones). ``--model reverse``: the trained reversal model
+(an encoder-decoder, post-LN, ReLU) translates ``--batch`` sources of 10 digits into 11
+tokens (no end token, so every step runs), with ``translate``; PyTorch runs the same encoder
+once and the same decoder with a key/value cache (the cross-attention's keys and values
+projected once). Four sides (three for ``reverse``: no ceiling), each in a process of its own,
+timed in interleaved rounds (see ``report.py``):
 
 - ours: ``generate(model, prompt, new, use_cache=True)``;
 - ours without the cache: ``use_cache=False`` (step ``t`` runs the model on all ``t`` tokens
@@ -21,6 +28,8 @@ speed-up of the cache (time without / time with).
 Usage::
 
     python benchmarks/bench_decoding.py
+    python benchmarks/bench_decoding.py --model charlm --new 56 --json /tmp/charlm.json
+    python benchmarks/bench_decoding.py --model reverse --new 11 --json /tmp/reverse.json
     python benchmarks/bench_decoding.py --new 500 --layers 4 --batch 8
     python benchmarks/bench_decoding.py --new 200 500 --json src/transformer_np/data/decoding.json
 """
@@ -49,11 +58,23 @@ PROMPT_TOKENS, HEADS, VOCAB = 8, 4, 64
 
 
 def build(args, new):
-    """Our model (weights of ``rng=0``) and the prompt (B, 8)."""
+    """Our model (weights of ``rng=0``, or the trained one) and the prompt (B, 8), or for
+    ``reverse`` the sources (B, 10)."""
     import numpy as np
 
     from transformer_np.model import LanguageModel, LanguageModelConfig
 
+    if args.model == "reverse":
+        from transformer_np.examples.reverse import load_trained
+
+        model, _ = load_trained()
+        return model, np.random.default_rng(0).integers(3, 13, (args.batch, 10))
+    if args.model == "charlm":
+        from transformer_np.examples.charlm import load_trained
+
+        model, _ = load_trained()
+        V = model.config.vocab_size
+        return model, np.random.default_rng(0).integers(0, V, (args.batch, PROMPT_TOKENS))
     cfg = LanguageModelConfig(
         vocab_size=VOCAB,
         d_model=args.d_model,
@@ -67,13 +88,22 @@ def build(args, new):
 
 def worker_ours(args, use_cache: bool) -> None:
     from transformer_np._kernels.threads import blas_single_threaded
-    from transformer_np.decoding import generate
+    from transformer_np.decoding import generate, translate
 
     model, prompt = build(args, args.size)
+    if args.model == "reverse":
+
+        def run():
+            return translate(model, prompt, args.size, bos_id=1, use_cache=use_cache)
+    else:
+
+        def run():
+            return generate(model, prompt, args.size, use_cache=use_cache)
+
     with blas_single_threaded():
-        out = generate(model, prompt, args.size, use_cache=use_cache)  # the warm-up
+        out = run()  # the warm-up
         ready = {"tokens": out.tolist(), "d_ff": model.config.d_ff, "threads": "BLAS 1"}
-        serve(lambda: generate(model, prompt, args.size, use_cache=use_cache), ready)
+        serve(run, ready)
 
 
 def worker_torch(args) -> None:
@@ -86,9 +116,11 @@ def worker_torch(args) -> None:
 
     torch.set_num_threads(args.threads)
     model, prompt = build(args, args.size)
+    if args.model == "reverse":
+        return worker_torch_seq2seq(args, model, prompt)
     p = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in model.params.items()}
     pe = torch.from_numpy(np.ascontiguousarray(model.pe))
-    D, L = args.d_model, args.layers
+    D, L, HEADS = model.config.d_model, model.config.n_layers, model.config.n_heads
     Dh = D // HEADS
     ids0 = torch.from_numpy(prompt)
 
@@ -138,6 +170,92 @@ def worker_torch(args) -> None:
     serve(run, ready)
 
 
+def worker_torch_seq2seq(args, model, src) -> None:
+    """The reversal model in PyTorch: the encoder once, then the greedy decoder loop with a
+    key/value cache (self-attention appended, cross-attention projected once); post-LN, ReLU."""
+    import math
+
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    cfg = model.config
+    p = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in model.params.items()}
+    pe = torch.from_numpy(np.ascontiguousarray(model.pe))
+    D, H, eps = cfg.d_model, cfg.n_heads, cfg.eps
+    Dh = D // H
+    src_t = torch.from_numpy(src)
+
+    def heads(x):  # (B, T, D) -> (B, H, T, Dh)
+        return x.view(x.shape[0], x.shape[1], H, Dh).transpose(1, 2)
+
+    def linear(x, name):
+        return x @ p[name + ".W"] + p[name + ".b"]
+
+    def project(x, name, n):  # the map W_n of the attention `name`
+        return x @ p[f"{name}.W_{n}"] + p[f"{name}.b_{n}"]
+
+    def merge(a):  # (B, H, T, Dh) -> (B, T, D)
+        return a.transpose(1, 2).reshape(a.shape[0], a.shape[2], D)
+
+    def norm(x, name):
+        return F.layer_norm(x, (D,), p[name + ".gamma"], p[name + ".beta"], eps)
+
+    def ffn(x, name):
+        return linear(F.relu(linear(x, name + ".linear1")), name + ".linear2")
+
+    def encode(src):
+        keep = src != cfg.pad_id  # (B, S)
+        mask = keep[:, None, None, :]
+        x = p["src_embed.W"][src] * math.sqrt(D) + pe[: src.shape[1]]
+        for i in range(cfg.n_encoder_layers):
+            b = f"encoder.{i}."
+            q, k, v = (heads(project(x, b + "attn", n)) for n in "qkv")
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            x = norm(x + project(merge(a), b + "attn", "o"), b + "norm1")
+            x = norm(x + ffn(x, b + "ff"), b + "norm2")
+        return x, mask
+
+    def run():
+        with torch.inference_mode():
+            memory, mask = encode(src_t)
+            B = src_t.shape[0]
+            cross = [
+                tuple(heads(project(memory, f"decoder.{i}.cross_attn", n)) for n in "kv")
+                for i in range(cfg.n_decoder_layers)
+            ]
+            cache = [None] * cfg.n_decoder_layers
+            token = torch.full((B, 1), 1, dtype=torch.int64)  # BOS
+            out = []
+            for t in range(args.size):
+                x = p["tgt_embed.W"][token] * math.sqrt(D) + pe[t : t + 1]
+                for i in range(cfg.n_decoder_layers):
+                    b = f"decoder.{i}."
+                    q, k, v = (heads(project(x, b + "self_attn", n)) for n in "qkv")
+                    if cache[i] is not None:
+                        k = torch.cat([cache[i][0], k], dim=2)
+                        v = torch.cat([cache[i][1], v], dim=2)
+                    cache[i] = (k, v)
+                    a = F.scaled_dot_product_attention(q, k, v)
+                    x = norm(x + project(merge(a), b + "self_attn", "o"), b + "norm1")
+                    q = heads(project(x, b + "cross_attn", "q"))
+                    a = F.scaled_dot_product_attention(q, *cross[i], attn_mask=mask)
+                    x = norm(x + project(merge(a), b + "cross_attn", "o"), b + "norm2")
+                    x = norm(x + ffn(x, b + "ff"), b + "norm3")
+                logits = linear(x[:, -1], "out")
+                logits[:, cfg.pad_id] = -math.inf  # padding is never generated
+                token = logits.argmax(-1, keepdim=True)
+                out.append(token)
+            return torch.cat(out, dim=1)
+
+    ready = {
+        "tokens": run().tolist(),
+        "threads": f"torch {torch.get_num_threads()}",
+        "torch": torch.__version__,
+    }
+    serve(run, ready)
+
+
 def worker_ceiling(args) -> None:
     from ceiling import Ceiling, generation
 
@@ -156,6 +274,7 @@ def worker_ceiling(args) -> None:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", choices=["lm", "charlm", "reverse"], default="lm")
     p.add_argument("--new", type=int, nargs="+", default=[200], help="tokens to generate")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--layers", type=int, default=2)
@@ -187,7 +306,7 @@ def main(argv=None):
     env = worker_env(args.threads)
     common = [sys.executable, str(Path(__file__).resolve()), "--batch", str(args.batch)]
     common += ["--layers", str(args.layers), "--d-model", str(args.d_model)]
-    common += ["--threads", str(args.threads)]
+    common += ["--threads", str(args.threads), "--model", args.model]
     load_before = load_average()
     sizes, checks, ready = [], {}, {}
     for new in args.new:
@@ -203,12 +322,17 @@ def main(argv=None):
             side: starter(side, worker)
             for side, worker in (("ours", "ours"), ("reference", "torch"), ("nocache", "nocache"))
         }
-        # the ceiling's feed-forward width is the model's
-        starters["ceiling"] = starter(
-            "ceiling",
-            "ceiling",
-            extra=lambda started: ["--d-ff", str(started["ours"].ready["d_ff"])],
+        # the ceiling's feed-forward width is the model's (the ceiling knows the random LM only)
+        starters["ceiling"] = (
+            None
+            if args.model != "lm"
+            else starter(
+                "ceiling",
+                "ceiling",
+                extra=lambda started: ["--d-ff", str(started["ours"].ready["d_ff"])],
+            )
         )
+        starters = {side: begin for side, begin in starters.items() if begin is not None}
         times, ready = time_sides(starters, args.rounds, args.pause)
         nocache = times.pop("nocache")
         entry = size_entry(str(new), f"generate {new} tokens", times)
@@ -224,6 +348,7 @@ def main(argv=None):
         "decoding",
         "Greedy generation with the key/value cache",
         {
+            "model": args.model,
             "batch": args.batch,
             "layers": args.layers,
             "d_model": args.d_model,
@@ -241,7 +366,7 @@ def main(argv=None):
             {
                 "ours": ready["ours"]["threads"],
                 "reference": ready["reference"]["threads"],
-                "ceiling": ready["ceiling"]["threads"],
+                "ceiling": ready["ceiling"]["threads"] if "ceiling" in ready else None,
             },
             {"torch": ready["reference"]["torch"]},
         ),

@@ -17,8 +17,8 @@ from transformer_np import Dropout, softmax
 from transformer_np._checks.generation import physical_memory
 from transformer_np.decoding import generate, stream, translate
 
-from helpers import small_language_model, small_transformer
-from rounding import language_model_rounded
+from helpers import assert_within, randomise_biases, small_language_model, small_transformer
+from rounding import language_model_rounded, transformer_rounded
 
 PROMPT = np.array([[1, 2], [3, 4]])
 SRC = np.array([[3, 4, 5]])
@@ -409,3 +409,116 @@ def test_a_nan_parameter_is_named_not_sampled(use_cache):
     model.params[name].flat[0] = np.nan
     with pytest.raises(ValueError, match=re.escape(f"Transformer.params[{name!r}] contains NaN")):
         translate(model, SRC, 3, bos_id=1, use_cache=use_cache)
+
+
+# ------------------------------------------------------------- the fast step (_kernels/decode.py)
+
+
+def steps_of_both(model, ids, fast, plain, context=()):
+    """Feed ``ids`` (B, T) one token at a time to the fast and the plain forward, each with
+    its own cache; return both lists of logits (B, V) and both caches."""
+    cache_len = ids.shape[1]
+    caches = [model.new_cache(cache_len, *(c.shape[1] for c in context[:1])) for _ in range(2)]
+    out = ([], [])
+    for t in range(ids.shape[1]):
+        for side, forward in enumerate((fast, plain)):
+            logits = forward(ids[:, t : t + 1], *context, kv_cache=caches[side])
+            out[side].append(logits[:, -1])
+    return out, caches
+
+
+def flat(cache):
+    return [c for pair in cache for c in (pair if isinstance(pair, tuple) else (pair,))]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_fast_token_step_of_a_language_model_equals_its_forward(dtype, norm_first, batch):
+    from transformer_np._kernels.decode import token_forward
+
+    model = language_model(norm_first, dtype)
+    randomise_biases(model.params, np.random.default_rng(0))
+    ids = np.random.default_rng(1).integers(0, 17, (batch, 12))
+    fast = token_forward(model)
+    assert fast is not model.forward  # the model is one the kernel knows
+    (got, want), (c_fast, c_plain) = steps_of_both(model, ids, fast, model.forward)
+    # the logits of all 12 positions, as the uncached model computes them once: the bound
+    tol = language_model_rounded(model, ids)[0].tol(dtype, sides=2)  # (B, T, V)
+    for t in range(ids.shape[1]):
+        assert_within(got[t], want[t], tol[:, t], f"logits at position {t}")
+    for a, b in zip(flat(c_fast), flat(c_plain), strict=True):
+        assert a.length == b.length == 12
+        np.testing.assert_allclose(a.stored()[0], b.stored()[0], rtol=0, atol=tol.max())
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_fast_token_step_of_a_transformer_equals_its_decoder(dtype, norm_first):
+    from transformer_np._kernels.decode import encoder_forward, token_forward
+
+    model = translator(norm_first, dtype)
+    randomise_biases(model.params, np.random.default_rng(0))
+    src = np.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 12], [5, 0, 0, 0, 0, 0]])  # padding
+    tgt = np.random.default_rng(1).integers(1, 14, (3, 9))
+    memory = model.forward_encoder(src)
+    tol = transformer_rounded(model, src, tgt)[0].tol(dtype, sides=2)  # (B, T, V)
+    fast_memory = encoder_forward(model)(src)
+    assert_within(fast_memory, memory, tol.max(), "memory")  # far below the logits' bound
+    fast = token_forward(model)
+    assert fast is not model.forward_decoder
+    context = (memory, model.source_mask(src))
+    # the first step fills the cross-attention's cache from the memory: the fast path too
+    (got, want), (c_fast, c_plain) = steps_of_both(model, tgt, fast, model.forward_decoder, context)
+    for t in range(tgt.shape[1]):
+        assert_within(got[t], want[t], tol[:, t], f"logits at position {t}")
+    for a, b in zip(flat(c_fast), flat(c_plain), strict=True):
+        assert a.length == b.length
+        np.testing.assert_allclose(a.stored()[1], b.stored()[1], rtol=0, atol=tol.max())
+
+
+def test_fast_step_is_used_only_for_models_it_knows():
+    from transformer_np import LlamaConfig, LlamaModel
+    from transformer_np._kernels.decode import encoder_forward, token_forward
+
+    cfg = LlamaConfig(vocab_size=11, d_model=8, n_heads=2, n_kv_heads=1, n_layers=1, d_ff=16)
+    llama = LlamaModel(cfg)
+    assert token_forward(llama) == llama.forward  # grouped queries, RoPE, SwiGLU: plain
+    model = language_model()
+    model.train()
+    assert token_forward(model) == model.forward  # dropout: plain
+    model.eval()
+    model.blocks.layers[1].ff = Dropout(0.0)  # a sublayer the kernel does not know
+    assert token_forward(model) == model.forward
+    tr = translator()
+    assert encoder_forward(tr) != tr.forward_encoder and token_forward(tr) != tr.forward_decoder
+
+
+def test_a_source_of_padding_only_takes_the_plain_path():
+    from transformer_np._kernels.decode import encoder_forward, token_forward
+
+    model = translator()
+    src = np.array([[0, 0, 0], [3, 4, 0]])  # the first row is padding only: attends to nothing
+    memory = model.forward_encoder(src)
+    np.testing.assert_array_equal(encoder_forward(model)(src), memory)
+    context = (memory, model.source_mask(src))
+    (got, want), _ = steps_of_both(model, np.array([[1, 5], [1, 6]]), token_forward(model),
+                                   model.forward_decoder, context)  # fmt: skip
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_row_too_large_to_normalise_is_reported_as_by_the_plain_path():
+    from transformer_np._kernels.decode import token_forward
+
+    model = language_model(dtype="float32")
+    row = model.params["embed.W"][5]
+    row[:] = 1e19 * (-1) ** np.arange(row.size)  # squared, it overflows float32
+    cache = model.new_cache(8)
+    fast = token_forward(model)
+    fast(np.array([[1, 2]]), kv_cache=cache)
+    with pytest.raises(ValueError, match="too large to normalise"):
+        fast(np.array([[5]]), kv_cache=cache)
+    assert [c.length for c in cache] == [2, 2]  # the fast step's keys and values taken back
+    with pytest.raises(ValueError, match="too large to normalise"):
+        generate(model, np.array([[1, 2, 5]]), 4)  # in the prompt: the plain path says it

@@ -1,4 +1,4 @@
-r"""Beam search with the key/value cache, for the decoder-only models.
+r"""Beam search with the key/value cache, for the decoder-only models and the encoder-decoder.
 
 Greedy decoding keeps the one most probable token at each step; beam search keeps the
 ``num_beams`` most probable *sequences* (the beams), each a row of the batch. At every step
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._checks.boundary import checked
+from ._checks.boundary import checked, run_or_blame
 from ._checks.generation import check_beam_search
+from ._kernels.decode import encoder_forward, token_forward
 from .functional import log_softmax
 from .sampling import next_logits
 
@@ -98,61 +99,86 @@ def beam_search(
     >>> seq.shape[0], 4 <= seq.shape[1] <= 8, bool(score[0] < 0)
     (1, True, True)
     """
-    V, T0 = model.config.vocab_size, prompt.shape[1]
-    K = 2 * num_beams  # candidates per step: enough for num_beams beams that do not end
-
-    tokens = np.zeros((1, 0), dtype=np.int64)  # (R, n): the generated tokens of each beam
-    scores = np.zeros(1)  # (R,): their summed log-probabilities
-    finished = []  # [(score, tokens (n,))], best first, at most num_beams
+    T0 = prompt.shape[1]
     with model.evaluation_mode():
         # the last token is never fed back: the cache holds at most T0 + max_new_tokens - 1
         cache = model.new_cache(T0 + max_new_tokens - 1) if use_cache else None
-        logits = next_logits(model, model.forward, prompt, kv_cache=cache)  # (1, V): prefill
-        for step in range(max_new_tokens):
-            n = step + 1  # the length of the candidates
-            # 1. Every continuation of every beam, scored by its summed log-probability.
-            total = scores[:, None] + log_softmax.unchecked(logits.astype(np.float64))  # (R, V)
-            flat = total.ravel()  # (R V,)
-            # 2. The K best, best first: the beam each continues and its new token.
-            best = np.argsort(-flat, kind="stable")[:K]  # (K,)
-            source, token = np.divmod(best, V)  # (K,) each
-            candidate = flat[best]  # (K,)
-            ends = np.full(K, n == max_new_tokens)  # (K,): at max_new_tokens every one ends
-            if eos_id is not None:
-                ends |= token == eos_id
-            # 3. Those among the first num_beams that end are finished hypotheses: keep the
-            #    best num_beams of them (the earlier first among equal scores).
-            lp = _divisor(n, length_penalty, penalty)
-            for i in np.flatnonzero(ends[:num_beams]):
-                sequence = np.append(tokens[source[i]], token[i])  # (n,)
-                finished.append((float(candidate[i] / lp), sequence))
-            finished = sorted(finished, key=lambda f: -f[0])[:num_beams]
-            if n == max_new_tokens:
-                break
-            # 4. The first num_beams that do not end are the new beams (at most one end token
-            #    per beam among the K, so there are enough).
-            keep = np.flatnonzero(~ends)[:num_beams]  # (num_beams,)
-            rows = source[keep]  # (num_beams,): the beam each new beam continues
-            tokens = np.column_stack([tokens[rows], token[keep]])  # (num_beams, n)
-            scores = candidate[keep]  # (num_beams,), best first
-            # 5. Stop when num_beams hypotheses are finished and (early_stopping=True) that is
-            #    enough, or the best beam, at its most favourable length, cannot beat them.
-            if len(finished) == num_beams:
-                if early_stopping is True:
-                    break
-                length = max_new_tokens if early_stopping == "never" and length_penalty > 0 else n
-                if scores[0] / _divisor(length, length_penalty, penalty) <= finished[-1][0]:
-                    break
-            # 6. The cache follows the beams (a beam is a batch row); then the next logits.
-            if use_cache:
+        forward = token_forward(model)  # model.forward (one new token: without the layers' calls)
+        logits = next_logits(model, forward, prompt, kv_cache=cache)  # (1, V): the prefill
+
+        def advance(rows, tokens):
+            """The next logits (R, V) of the beams: rows of the old ones, then ``tokens``."""
+            if use_cache:  # the cache follows the beams (a beam is a batch row)
                 for layer_cache in cache:
-                    layer_cache.reorder(rows)  # (R, Hkv, T, Dh) -> (num_beams, Hkv, T, Dh)
-                logits = next_logits(model, model.forward, tokens[:, -1:], kv_cache=cache)
-            else:  # the slow reference: every beam's whole context again
-                context = np.column_stack([np.repeat(prompt, len(rows), axis=0), tokens])
-                logits = next_logits(model, model.forward, context)  # (num_beams, V)
-    score, sequence = finished[0]
+                    layer_cache.reorder(rows)  # (R', Hkv, T, Dh) -> (R, Hkv, T, Dh)
+                return next_logits(model, forward, tokens[:, -1:], kv_cache=cache)
+            context = np.column_stack([np.repeat(prompt, len(rows), axis=0), tokens])
+            return next_logits(model, forward, context)  # the slow reference
+
+        sequence, score = search(
+            logits, advance, max_new_tokens, num_beams, length_penalty, early_stopping, eos_id,
+            penalty,
+        )  # fmt: skip
     return np.concatenate([prompt[0], sequence])[None], np.array([score])
+
+
+def search(logits, advance, max_new_tokens, num_beams, length_penalty, early_stopping, eos_id,
+           penalty, suppress=None):  # fmt: skip
+    """The search itself, for any model: the best hypothesis (n,) and its score.
+
+    ``logits`` (1, V) are those of the first token; ``advance(rows, tokens)`` gives the next
+    logits (R, V) of the new beams, row i continuing old beam ``rows[i]`` with the generated
+    tokens ``tokens[i]`` (R, n): it moves the model's state (the cache) to follow them. A
+    ``suppress`` token is never chosen: its log-probability is set to -inf after the
+    log-softmax (transformers' ``suppress_tokens``), so the others keep theirs.
+    """
+    V = logits.shape[-1]
+    K = 2 * num_beams  # candidates per step: enough for num_beams beams that do not end
+    tokens = np.zeros((1, 0), dtype=np.int64)  # (R, n): the generated tokens of each beam
+    scores = np.zeros(1)  # (R,): their summed log-probabilities
+    finished = []  # [(score, tokens (n,))], best first, at most num_beams
+    for step in range(max_new_tokens):
+        n = step + 1  # the length of the candidates
+        # 1. Every continuation of every beam, scored by its summed log-probability.
+        logp = log_softmax.unchecked(logits.astype(np.float64))  # (R, V)
+        if suppress is not None:
+            logp[:, suppress] = -np.inf
+        total = scores[:, None] + logp  # (R, V)
+        flat = total.ravel()  # (R V,)
+        # 2. The K best, best first: the beam each continues and its new token.
+        best = np.argsort(-flat, kind="stable")[:K]  # (K,)
+        source, token = np.divmod(best, V)  # (K,) each
+        candidate = flat[best]  # (K,)
+        ends = np.full(best.size, n == max_new_tokens)  # (K,): at the last step all end
+        if eos_id is not None:
+            ends |= token == eos_id
+        # 3. Those among the first num_beams that end are finished hypotheses: keep the
+        #    best num_beams of them (the earlier first among equal scores).
+        lp = _divisor(n, length_penalty, penalty)
+        for i in np.flatnonzero(ends[:num_beams]):
+            sequence = np.append(tokens[source[i]], token[i])  # (n,)
+            finished.append((float(candidate[i] / lp), sequence))
+        finished = sorted(finished, key=lambda f: -f[0])[:num_beams]
+        if n == max_new_tokens:
+            break
+        # 4. The first num_beams that do not end are the new beams (at most one end token
+        #    per beam among the K, so there are enough).
+        keep = np.flatnonzero(~ends)[:num_beams]  # (num_beams,)
+        rows = source[keep]  # (num_beams,): the beam each new beam continues
+        tokens = np.column_stack([tokens[rows], token[keep]])  # (num_beams, n)
+        scores = candidate[keep]  # (num_beams,), best first
+        # 5. Stop when num_beams hypotheses are finished and (early_stopping=True) that is
+        #    enough, or the best beam, at its most favourable length, cannot beat them.
+        if len(finished) == num_beams:
+            if early_stopping is True:
+                break
+            length = max_new_tokens if early_stopping == "never" and length_penalty > 0 else n
+            if scores[0] / _divisor(length, length_penalty, penalty) <= finished[-1][0]:
+                break
+        # 6. The model follows the beams (the cache is reordered, not recomputed).
+        logits = advance(rows, tokens)  # (num_beams, V)
+    score, sequence = finished[0]
+    return sequence, score
 
 
 def _divisor(n, alpha, penalty):
@@ -161,3 +187,50 @@ def _divisor(n, alpha, penalty):
     if penalty == "gnmt":
         return ((5 + n) / 6) ** alpha
     return n**alpha
+
+
+def translate_beams(
+    model, src, max_len, *, bos_id, eos_id, num_beams, length_penalty, early_stopping, penalty,
+    use_cache,
+):  # fmt: skip
+    """Beam search with an encoder-decoder :class:`~transformer_np.model.Transformer`, for
+    checked arguments (see :func:`~transformer_np.decoding.translate`): the best hypothesis of
+    each source row, [(tokens (n,), score)], by the search of :func:`beam_search`.
+
+    The encoder runs once; each row's beams are the rows of its decoder's caches (the
+    self-attention's and the cross-attention's, expanded from one row to ``num_beams`` and
+    reordered as the beams are chosen). The padding token is never generated (its
+    log-probability is -inf; the other tokens keep the model's).
+    """
+    pad = model.config.pad_id
+    bos = np.full((1, 1), bos_id, dtype=np.int64)  # (1, 1): every target starts with BOS
+    best = []
+    with model.evaluation_mode():
+        forward = token_forward(model)  # model.forward_decoder (fast for one new token)
+        memories = run_or_blame(model, encoder_forward(model), src)  # (B, S, D), once
+        masks = model.source_mask(src)  # (B, 1, 1, S) or None
+        for b in range(src.shape[0]):  # one search per source
+            memory = memories[b : b + 1]  # (1, S, D)
+            src_mask = None if masks is None else masks[b : b + 1]  # (1, 1, 1, S)
+            # BOS and the tokens fed back (the last one never is): at most max_len positions
+            cache = model.new_cache(max_len, memory.shape[1]) if use_cache else None
+
+            def decode(new, rows, cache=cache, memory=memory, src_mask=src_mask):
+                """The next logits (R, V) of R = len(rows) beams."""
+                memory = np.broadcast_to(memory, (len(rows),) + memory.shape[1:])  # (R, S, D)
+                return next_logits(model, forward, new, memory, src_mask, kv_cache=cache)
+
+            def advance(rows, tokens, cache=cache, decode=decode):
+                if use_cache:  # both caches follow the beams (a beam is a batch row)
+                    for self_cache, cross_cache in cache:
+                        self_cache.reorder(rows)  # (R', H, t, Dh) -> (R, H, t, Dh)
+                        cross_cache.reorder(rows)  # (R', H, S, Dh) -> (R, H, S, Dh)
+                    return decode(tokens[:, -1:], rows)
+                context = np.column_stack([np.repeat(bos, len(rows), axis=0), tokens])
+                return decode(context, rows)  # the slow reference: BOS and every token again
+
+            logits = decode(bos, [0])  # (1, V); with the cache, the memory is projected once
+            options = dict(length_penalty=length_penalty, early_stopping=early_stopping)
+            options.update(eos_id=eos_id, penalty=penalty, suppress=pad)
+            best.append(search(logits, advance, max_len, num_beams, **options))
+    return best

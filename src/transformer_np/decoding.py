@@ -4,7 +4,9 @@ Each step runs the model on the new token only: the keys and values of the earli
 are kept in the model's cache (``model.new_cache``), and the encoder output of a
 :class:`~transformer_np.model.Transformer` is computed once. With ``use_cache=False`` every step
 recomputes the whole context: the slow reference, which gives the same tokens. Each token is
-chosen by :func:`~transformer_np.sampling.sample_next`. Page: decoding.md.
+chosen by :func:`~transformer_np.sampling.sample_next`. For one new token with the cache, the
+package runs the model's computation written out on its arrays, without the layers' calls (the
+same logits up to rounding; the model's ``forward`` is the definition). Page: decoding.md.
 
 Shape glossary: B batch, T0 prompt length, S source length, V vocabulary.
 """
@@ -15,7 +17,8 @@ import numpy as np
 
 from ._checks.boundary import checked, run_or_blame
 from ._checks.generation import check_generate, check_stream, check_translate
-from .beam import beam_search
+from ._kernels.decode import encoder_forward, token_forward
+from .beam import beam_search, translate_beams
 from .sampling import next_logits, sample_next
 
 __all__ = ["generate", "stream", "translate"]
@@ -163,8 +166,9 @@ def stream(
     size = min(max_len, prompt.shape[1] + max_new_tokens)  # the cache never holds more
     context = prompt  # (B, T): the tokens the model reads, at positions 0 .. T - 1
     with model.evaluation_mode():
+        forward = token_forward(model)  # model.forward (one new token: without the layers' calls)
         cache = model.new_cache(size) if use_cache else None
-        logits = next_logits(model, model.forward, context, kv_cache=cache)  # the prefill
+        logits = next_logits(model, forward, context, kv_cache=cache)  # the prefill
         for step in range(max_new_tokens):
             token = sample_next.unchecked(
                 logits, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng
@@ -176,11 +180,11 @@ def stream(
             if context.shape[1] > max_len:  # the window is full: keep the last `keep` tokens
                 context = context[:, -keep:]
                 cache = model.new_cache(size) if use_cache else None  # a new prefill
-                logits = next_logits(model, model.forward, context, kv_cache=cache)
+                logits = next_logits(model, forward, context, kv_cache=cache)
             elif use_cache:  # one new token: its keys and values join the cache
-                logits = next_logits(model, model.forward, context[:, -1:], kv_cache=cache)
+                logits = next_logits(model, forward, context[:, -1:], kv_cache=cache)
             else:  # the slow reference: the whole window again
-                logits = next_logits(model, model.forward, context)
+                logits = next_logits(model, forward, context)
 
 
 @checked(check_translate)
@@ -196,6 +200,10 @@ def translate(
     top_p=None,
     rng=None,
     use_cache=True,
+    num_beams=1,
+    length_penalty=0.6,
+    early_stopping=False,
+    penalty="gnmt",
 ):
     """Generate target sequences for ``src`` with an encoder-decoder :class:`Transformer`.
 
@@ -218,16 +226,30 @@ def translate(
     temperature, top_k, top_p, rng
         As in :func:`~transformer_np.sampling.sample_next`; ``temperature=0`` is greedy decoding.
     use_cache : bool, default True
+    num_beams : int, default 1
+        1 decodes greedily or samples, as above. More runs a beam search for each source
+        (the search of :func:`~transformer_np.beam.beam_search`, no sampling argument): the
+        encoder runs once, and each source's ``num_beams`` beams are rows of the decoder's
+        caches, reordered as the beams are chosen. ``2 * num_beams`` must not exceed the
+        tokens that can be generated (``tgt_vocab_size``, less the padding token).
+    length_penalty : float, default 0.6
+        The exponent alpha of the length penalty (the paper decodes with 4 beams and 0.6).
+    early_stopping : bool or "never", default False
+    penalty : {"gnmt", "transformers"}, default "gnmt"
+        As in :func:`~transformer_np.beam.beam_search`.
 
     Returns
     -------
     ndarray of int64, shape (B, L), L <= max_len
-        The generated tokens without BOS (EOS included where produced).
+        The generated tokens without BOS (EOS included where produced). With
+        ``num_beams > 1``: each source's best hypothesis, the shorter ones filled as after EOS.
 
     Notes
     -----
     The padding token is never generated (its logit is set to -inf): it is not a word, and
-    the decoder masks it as a key.
+    the decoder masks it as a key. Beam search sets its log-probability to -inf after the
+    log-softmax, so the other tokens keep the model's log-probabilities in the scores (as
+    transformers' ``suppress_tokens``).
 
     Examples
     --------
@@ -238,21 +260,35 @@ def translate(
     >>> out = translate(model, np.array([[3, 4, 5, 0]]), 6, bos_id=1, eos_id=2)
     >>> out.shape[0], out.shape[1] <= 6
     (1, True)
+    >>> beams = translate(model, np.array([[3, 4, 5, 0]]), 6, bos_id=1, eos_id=2, num_beams=3)
+    >>> beams.shape[0], beams.shape[1] <= 6
+    (1, True)
     """
     pad = model.config.pad_id
     fill = pad if pad is not None else eos_id  # after EOS
+    if num_beams > 1:  # the most probable sequence of each source, not one token at a time
+        best = translate_beams(
+            model, src, max_len, bos_id=bos_id, eos_id=eos_id, num_beams=num_beams,
+            length_penalty=length_penalty, early_stopping=early_stopping, penalty=penalty,
+            use_cache=use_cache,
+        )  # fmt: skip
+        L = max(len(tokens) for tokens, _ in best)  # without an end token, all are max_len
+        out = np.full((len(best), L), 0 if fill is None else fill, np.int64)
+        for row, (tokens, _) in zip(out, best, strict=True):
+            row[: len(tokens)] = tokens  # (n,), then the fill: a shorter one ended with EOS
+        return out  # (B, L)
     tokens = np.full((src.shape[0], 1), bos_id, dtype=np.int64)  # (B, 1): BOS, then the output
     done = np.zeros(src.shape[0], dtype=bool)  # (B,): the sequences that produced EOS
     with model.evaluation_mode():
-        memory = run_or_blame(model, model.forward_encoder, src)  # (B, S, D), computed once
+        encode = encoder_forward(model)  # model.forward_encoder, without the layers' calls
+        memory = run_or_blame(model, encode, src)  # (B, S, D), computed once
         src_mask = model.source_mask(src)
         # per decoder layer: the self-attention's cache and the cross-attention's (the memory's)
         cache = model.new_cache(max_len, memory.shape[1]) if use_cache else None
+        decode = token_forward(model)  # model.forward_decoder (fast for one new token)
         for _ in range(max_len):
             new = tokens[:, -1:] if use_cache else tokens  # with the cache, the newest only
-            logits = next_logits(
-                model, model.forward_decoder, new, memory, src_mask, kv_cache=cache
-            )
+            logits = next_logits(model, decode, new, memory, src_mask, kv_cache=cache)
             if pad is not None:  # padding is not a word: never generated
                 logits[:, pad] = -np.inf
             token = sample_next.unchecked(

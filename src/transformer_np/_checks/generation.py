@@ -74,20 +74,7 @@ def check_generate(
     ``num_beams > 1``, as :func:`check_beam_search` (and no sampling argument)."""
     beams = check_num_beams(num_beams)
     if beams > 1:
-        given = {
-            "temperature": temperature != 0,
-            "top_k": top_k is not None,
-            "top_p": top_p is not None,
-            "rng": rng is not None,
-            "keep": keep is not None,
-        }
-        wrong = [name for name, set_ in given.items() if set_]
-        if wrong:
-            raise ValueError(
-                f"beam search (num_beams = {beams}) is deterministic and does not slide the "
-                f"window: leave {', '.join(wrong)} at the default (temperature=0, top_k, top_p, "
-                "rng and keep None), or use num_beams=1 to sample"
-            )
+        no_sampling_with_beams(beams, temperature, top_k, top_p, rng, keep)
         return {
             **check_beam_search(
                 model,
@@ -181,6 +168,24 @@ def check_num_beams(num_beams) -> int:
     return check_positive_int(num_beams, "num_beams")
 
 
+def no_sampling_with_beams(beams, temperature, top_k, top_p, rng, keep=None) -> None:
+    """A ValueError naming the sampling arguments given with ``num_beams > 1``."""
+    given = {
+        "temperature": temperature != 0,
+        "top_k": top_k is not None,
+        "top_p": top_p is not None,
+        "rng": rng is not None,
+        "keep": keep is not None,
+    }
+    wrong = [name for name, set_ in given.items() if set_]
+    if wrong:
+        raise ValueError(
+            f"beam search (num_beams = {beams}) is deterministic and does not slide the "
+            f"window: leave {', '.join(wrong)} at the default (temperature=0, top_k, top_p, "
+            "rng and keep None), or use num_beams=1 to sample"
+        )
+
+
 def check_beam_options(length_penalty, early_stopping, penalty) -> dict:
     """``{"length_penalty": finite float, "early_stopping": True, False or "never",
     "penalty": "gnmt" or "transformers"}``, checked."""
@@ -239,7 +244,10 @@ def check_keep(keep, max_len, T0, n_new):
 # -- translate ----------------------------------------------------------------------------------
 
 
-def check_translate(model, src, max_len, bos_id, eos_id, temperature, top_k, top_p, rng, use_cache):
+def check_translate(
+    model, src, max_len, bos_id, eos_id, temperature, top_k, top_p, rng, use_cache, num_beams,
+    length_penalty, early_stopping, penalty,
+):  # fmt: skip
     cfg = getattr(model, "config", None)
     if not isinstance(cfg, TransformerConfig):
         raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
@@ -269,6 +277,17 @@ def check_translate(model, src, max_len, bos_id, eos_id, temperature, top_k, top
                 f"so it could not end a sequence. Got eos_id = {eos_id}"
             )
     src = check_ids(src, "src", cfg.src_vocab_size, cfg.max_len)
+    beams = check_num_beams(num_beams)
+    if beams > 1:
+        no_sampling_with_beams(beams, temperature, top_k, top_p, rng)
+        choices = V - (pad is not None)  # the padding token is never generated
+        if 2 * beams > choices:
+            raise ValueError(
+                f"num_beams must be at most {choices // 2}: each step keeps 2 * num_beams "
+                f"candidates, and the first has only the {choices} tokens translate can generate "
+                f"(tgt_vocab_size = {V}{', less the padding token' if pad is not None else ''}). "
+                f"Got num_beams = {beams}"
+            )
     return {
         "model": model,
         "src": src,
@@ -278,6 +297,8 @@ def check_translate(model, src, max_len, bos_id, eos_id, temperature, top_k, top
         **check_sampling(temperature, top_k, top_p, V),
         "rng": check_rng(rng),
         "use_cache": check_bool(use_cache, "use_cache"),
+        "num_beams": beams,
+        **check_beam_options(length_penalty, early_stopping, penalty),
     }
 
 
