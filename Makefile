@@ -120,9 +120,15 @@ bench: $(TEST_STAMP) $(REF_STAMP)
 		--json $(DATA)/train_step_lm_1thread.json
 	$(PY) benchmarks/bench_train_step.py --model seq2seq --threads 1 \
 		--json $(DATA)/train_step_seq2seq_1thread.json
-	$(PY) benchmarks/bench_decoding.py --new 200 500 --json $(DATA)/decoding.json
+	$(PY) benchmarks/bench_decoding.py --new 200 500 --rounds 9 --json $(DATA)/decoding.json
+	$(PY) benchmarks/bench_decoding.py --model charlm --new 56 --rounds 9 \
+		--json $(DATA)/decoding_charlm.json
+	$(PY) benchmarks/bench_decoding.py --model reverse --new 11 --rounds 9 \
+		--json $(DATA)/decoding_reverse.json
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_smollm2.py --ref-python $(REF_VENV)/bin/python \
 		--rounds 5 --json $(DATA)/smollm2_bench.json
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_tokenizer.py --json $(DATA)/tokenizer_bench.json
+	$(PY) benchmarks/bench_finetune_step.py --json $(DATA)/finetune_step.json
 	$(PY) benchmarks/write_results_page.py
 
 clean:

@@ -43,7 +43,11 @@ FILES = (
     "minilm",
     "minilm_1thread",
     "decoding",
+    "decoding_charlm",
+    "decoding_reverse",
     "smollm2_bench",
+    "tokenizer_bench",
+    "finetune_step",
 )
 
 TITLES = {
@@ -67,8 +71,20 @@ TITLES = {
         "MiniLM: sentence embeddings, one thread",
     ),
     "decoding": ("Generazione con la cache", "Generation with the cache"),
+    "decoding_charlm": (
+        "Generazione con la cache, modello a caratteri",
+        "Generation with the cache, character model",
+    ),
+    "decoding_reverse": (
+        "Traduzione con la cache, modello dell'inversione",
+        "Translation with the cache, reversal model",
+    ),
     "smollm2": ("SmolLM2-135M: generazione", "SmolLM2-135M: generation"),
+    "tokenizer": ("Tokenizer: encode", "Tokenizer: encode"),
+    "finetune_step": ("Un passo di fine-tuning LoRA", "One LoRA fine-tuning step"),
 }
+# the versions the tables show: report.py's, and those of the libraries some benchmarks add
+SHOWN_VERSIONS = (*VERSIONS, "tokenizers", "peft")
 
 TEXT = {
     "it": {
@@ -79,6 +95,20 @@ TEXT = {
         "threads": "Thread: {threads}.",
         "load": "Carico medio (1 min): {l0} prima, {l1} dopo; {date}.",
         "memory": "Memoria di picco del processo (`ru_maxrss`, MiB): {memory}.",
+        "threads_per_row": "Thread: quelli di ogni riga, gli stessi per ogni implementazione.",
+        "step_memory": "Memoria di due passi, ogni implementazione in un processo nuovo (MiB): "
+        "la memoria residente prima dei passi, il suo picco durante i passi (`VmHWM`) e la "
+        "differenza; per il nostro anche il picco visto da `tracemalloc`.",
+        "memory_header": [
+            "carico di lavoro",
+            "nostro: prima",
+            "nostro: picco",
+            "nostro: passi",
+            "nostro: `tracemalloc`",
+            "{ref}: prima",
+            "{ref}: picco",
+            "{ref}: passi",
+        ],
         "passed": "Verificato: {checks}.",
         "failed": "Non verificato: {checks}.",
         "and": "e",
@@ -100,6 +130,13 @@ TEXT = {
             "prefill": "prefill ({n} token, 1 nuovo)",
             "decode_step": "un passo di decodifica (1 token)",
             "generate": "generare {n} token",
+            "translate": "tradurre 10 cifre in {n} token (batch {b})",
+            "tokenizer": "{text} ({c} caratteri, {n} token), cache {cache}",
+            "page": "una pagina",
+            "chat": "un prompt di chat",
+            "warm": "calda",
+            "cold": "fredda",
+            "finetune": "{b} × {t} token, {threads} thread",
         },
         # what each check of the saved results verified ({n}: the size it belongs to)
         "checks": {
@@ -111,6 +148,10 @@ TEXT = {
             "same_tokens_as_torch": "stessi token di PyTorch ({n} token)",
             "same_prompt_ids": "stessi id del prompt",
             "same_new_tokens": "stessi token generati",
+            "page ids equal to tokenizers'": "stessi id di tokenizers sulla pagina",
+            "chat ids equal to tokenizers'": "stessi id di tokenizers sul prompt di chat",
+            "same_trainable_count": "stesso numero di parametri addestrabili",
+            "first_loss_rel_diff_max": "differenza relativa massima della loss del primo passo {v}",
         },
     },
     "en": {
@@ -121,6 +162,20 @@ TEXT = {
         "threads": "Threads: {threads}.",
         "load": "Load average (1 min): {l0} before, {l1} after; {date}.",
         "memory": "Peak memory of the process (`ru_maxrss`, MiB): {memory}.",
+        "threads_per_row": "Threads: those of each row, the same for every implementation.",
+        "step_memory": "Memory of two steps, each implementation in a fresh process (MiB): the "
+        "resident memory before the steps, its peak during them (`VmHWM`) and the difference; "
+        "for ours also the peak that `tracemalloc` sees.",
+        "memory_header": [
+            "workload",
+            "ours: before",
+            "ours: peak",
+            "ours: steps",
+            "ours: `tracemalloc`",
+            "{ref}: before",
+            "{ref}: peak",
+            "{ref}: steps",
+        ],
         "passed": "Checked: {checks}.",
         "failed": "Not verified: {checks}.",
         "and": "and",
@@ -142,6 +197,13 @@ TEXT = {
             "prefill": "prefill ({n} tokens, 1 new)",
             "decode_step": "one decoding step (1 token)",
             "generate": "generate {n} tokens",
+            "translate": "translate 10 digits into {n} tokens (batch {b})",
+            "tokenizer": "{text} ({c} characters, {n} tokens), {cache} cache",
+            "page": "a page",
+            "chat": "a chat prompt",
+            "warm": "warm",
+            "cold": "cold",
+            "finetune": "{b} × {t} tokens, {threads} thread{s}",
         },
         "checks": {
             "same_parameter_count": "same number of parameters",
@@ -152,6 +214,10 @@ TEXT = {
             "same_tokens_as_torch": "same tokens as PyTorch ({n} tokens)",
             "same_prompt_ids": "same prompt ids",
             "same_new_tokens": "same generated tokens",
+            "page ids equal to tokenizers'": "same ids as tokenizers on the page",
+            "chat ids equal to tokenizers'": "same ids as tokenizers on the chat prompt",
+            "same_trainable_count": "same number of trainable parameters",
+            "first_loss_rel_diff_max": "largest relative difference of the first step's loss {v}",
         },
     },
 }
@@ -313,8 +379,17 @@ def label(res: dict, e: dict, lang: str) -> str:
     b = res["benchmark"]
     if b == "attention":
         return f"n = {size}"
+    if b == "decoding" and w.get("model") == "reverse":
+        return labels["translate"].format(n=size, b=w.get("batch", 1))
     if b == "decoding":
         return labels["new"].format(n=size)
+    if b == "tokenizer":
+        text, cache = size.split("_")
+        c, n = e.get("characters", "?"), e.get("tokens", "?")
+        return labels["tokenizer"].format(text=labels[text], c=c, n=n, cache=labels[cache])
+    if b == "finetune_step":
+        n = e["threads"]
+        return labels["finetune"].format(b=e["batch"], t=e["length"], threads=n, s="s" * (n > 1))
     if b.startswith("minilm"):
         return labels["encode"].format(n=w.get("sentences", 32))
     if b == "smollm2":
@@ -398,19 +473,25 @@ def markdown(res: dict, lang: str) -> str:
     """The table of one result, and under it how, where and when it was measured."""
     text, unit, ref = TEXT[lang], res["unit"], res["reference"]
     k = 1e3 if unit == "ms" else 1.0
-    head = [h.format(u=unit, ref=ref) for h in text["header"] + text["ratios"]]
-    lines = ["| " + " | ".join(head) + " |", "|---|--:|--:|--:|--:|--:|"]
+    # without a ceiling (a tokenizer, a trained model's generation) its two columns are left out
+    ceiling = any(e.get("ceiling") for e in res["sizes"])
+    head = text["header"] + text["ratios"] if ceiling else text["header"][:3] + text["ratios"][:1]
+    head = [h.format(u=unit, ref=ref) for h in head]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "--:|" * (len(head) - 1)]
     for e in res["sizes"]:
         cells = [_fmt(e[s]["median_s"] * k) if e.get(s) else "–" for s in SIDES]
         x = f"{e['x_reference']:.2f}" if e.get("x_reference") else "–"
         c = f"{e['ours_over_ceiling']:.2f}" if e.get("ours_over_ceiling") else "–"
-        lines.append(f"| {label(res, e, lang)} | " + " | ".join([*cells, x, c]) + " |")
+        row = [*cells, x, c] if ceiling else [*cells[:2], x]
+        lines.append(f"| {label(res, e, lang)} | " + " | ".join(row) + " |")
     m, load_, sides = res["machine"], res["load"], text["sides"]
-    versions = ", ".join(f"{v} {m[v]}" for v in VERSIONS if m.get(v))
+    versions = ", ".join(f"{v} {m[v]}" for v in SHOWN_VERSIONS if m.get(v))
+    recorded = {s: t for s, t in m.get("threads", {}).items() if t is not None}
     pools = ", ".join(
-        f"{sides.get(s, s).format(ref=ref)} {threads_text(t)}"
-        for s, t in m.get("threads", {}).items()
+        f"{sides.get(s, s).format(ref=ref)} {threads_text(t)}" for s, t in recorded.items()
     )
+    if any("text" in threads(t) for t in recorded.values()):  # set per row (the labels say it)
+        pools = ""
     legacy = res.get("schema") == "legacy" and not any(e.get("ceiling") for e in res["sizes"])
     # one paragraph: how and where it was measured
     lines += ["", text["legacy"] if legacy else text["rounds"].format(rounds=_rounds(res))]
@@ -418,6 +499,8 @@ def markdown(res: dict, lang: str) -> str:
     lines.append(text["machine"].format(cpu=m.get("cpu", "?"), cores=cores, versions=versions))
     if pools:
         lines.append(text["threads"].format(threads=pools))
+    elif recorded:
+        lines.append(text["threads_per_row"])
     l0, l1 = load_["before"][0], load_["after"][0]
     lines.append(text["load"].format(l0=l0, l1=l1, date=res["date"]))
     if res.get("peak_rss_mb"):
@@ -434,8 +517,28 @@ def markdown(res: dict, lang: str) -> str:
             more.append(text["nocache"].format(label=label(res, e, lang), t=t, x=x))
     if more:
         lines += ["", *more]
-    lines += ["", text["command"], "", "```bash", res["command"], "```"]
+    if any(e.get("memory") for e in res["sizes"]):
+        lines += ["", memory_table(res, lang)]
+    lines += ["", text["command"], "", "```bash", res["command"].strip(), "```"]
     return "\n".join(lines) + "\n"
+
+
+def memory_table(res: dict, lang: str) -> str:
+    """The memory of each workload's steps, each side in a fresh process (bench_finetune_step)."""
+    text, ref = TEXT[lang], res["reference"]
+    head = [h.format(ref=ref) for h in text["memory_header"]]
+    lines = [text["step_memory"], "", "| " + " | ".join(head) + " |"]
+    lines.append("|---|" + "--:|" * (len(head) - 1))
+    for e in res["sizes"]:
+        if not e.get("memory"):
+            continue
+        o, r = e["memory"]["ours"], e["memory"]["reference"]
+        cells = [o["rss_before_mib"], o["peak_rss_mib"], o["step_rss_mib"]]
+        cells += [o.get("step_traced_mib")]
+        cells += [r["rss_before_mib"], r["peak_rss_mib"], r["step_rss_mib"]]
+        cells = [f"{c:.0f}" if c is not None else "–" for c in cells]
+        lines.append(f"| {label(res, e, lang)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def versions_table(res: dict, lang: str) -> str:
@@ -549,7 +652,7 @@ def page(results: list[dict], lang: str) -> str:
     """The fragment of one language: per result a heading and its section (and the plot)."""
     parts = []
     for res in results:
-        title = TITLES[res["benchmark"]][0 if lang == "it" else 1]
+        title = TITLES.get(res["section"], TITLES[res["benchmark"]])[0 if lang == "it" else 1]
         body = markdown(res, lang)
         if _has_plot(res):
             body += "\n" + "\n".join(
@@ -575,8 +678,8 @@ def main(argv=None) -> int:
         path.write_text(page(results, lang), encoding="utf-8")
         print(f"wrote {path}")
     for res in results:  # the plots also as files, for the README and the repository
-        if len(res["sizes"]) > 1 and res["benchmark"] in ("attention", "decoding"):
-            path = args.out / f"{res['benchmark']}_sizes.svg"
+        if _has_plot(res):
+            path = args.out / f"{res['section']}_sizes.svg"
             path.write_text(svg_plot(res, "en") + "\n", encoding="utf-8")
             print(f"wrote {path}")
     return 0

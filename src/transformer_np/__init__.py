@@ -2,6 +2,7 @@
 
 The public API, re-exported from the modules that define it:
 
+* :mod:`~transformer_np.tokenizer` -- ByteLevelBPE (text to token ids)
 * :mod:`~transformer_np.module` -- Module, the base of every layer
 * :mod:`~transformer_np.functional` -- softmax, log_softmax, relu, gelu, erf, layer_norm
 * :mod:`~transformer_np.masks` -- causal_mask, padding_mask
@@ -16,10 +17,11 @@ The public API, re-exported from the modules that define it:
 * :mod:`~transformer_np.config` -- TransformerConfig, LanguageModelConfig
 * :mod:`~transformer_np.stacks` -- Stack
 * :mod:`~transformer_np.rmsnorm` -- RMSNorm
-* :mod:`~transformer_np.rope` -- rope_angles, apply_rope (rotary position embedding)
+* :mod:`~transformer_np.rope` -- rope_angles, apply_rope, apply_rope_backward (rotary positions)
 * :mod:`~transformer_np.swiglu` -- SwiGLU, silu
 * :mod:`~transformer_np.llama` -- LlamaBlock, LlamaModel (a modern decoder-only model)
 * :mod:`~transformer_np.model` -- Transformer, LanguageModel
+* :mod:`~transformer_np.lora` -- LoRALinear, add_lora, merge_lora, save_lora, load_lora (LoRA)
 * :mod:`~transformer_np.losses` -- cross_entropy, CrossEntropyLoss
 * :mod:`~transformer_np.optim` -- Adam
 * :mod:`~transformer_np.clipping` -- clip_grad_norm
@@ -48,6 +50,7 @@ from .feed_forward import FeedForward
 from .functional import erf, gelu, layer_norm, log_softmax, relu, softmax
 from .layers import Dropout, LayerNorm, Linear
 from .llama import LlamaBlock, LlamaModel
+from .lora import LoRALinear, add_lora, load_lora, lora_params, merge_lora, save_lora, unmerge_lora
 from .losses import CrossEntropyLoss, cross_entropy
 from .masks import causal_mask, padding_mask
 from .model import LanguageModel, Transformer
@@ -56,17 +59,19 @@ from .multi_head import KVCache, MultiHeadAttention, merge_heads, split_heads
 from .optim import Adam
 from .positional import positional_encoding, positional_offset_matrix
 from .rmsnorm import RMSNorm
-from .rope import apply_rope, rope_angles, rope_frequencies, rotate_half
+from .rope import apply_rope, apply_rope_backward, rope_angles, rope_frequencies, rotate_half
 from .sampling import sample_next
 from .schedule import NoamSchedule, noam_lr
 from .stacks import Stack
 from .swiglu import SwiGLU, silu
+from .tokenizer import ByteLevelBPE
 from .train import TrainingDiverged, fit, train_step
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Adam",
+    "ByteLevelBPE",
     "CrossEntropyLoss",
     "DecoderBlock",
     "Dropout",
@@ -119,10 +124,18 @@ __all__ = [
     "LlamaBlock",
     "LlamaConfig",
     "LlamaModel",
+    "LoRALinear",
+    "add_lora",
+    "load_lora",
+    "lora_params",
+    "merge_lora",
+    "save_lora",
+    "unmerge_lora",
     "RMSNorm",
     "Stack",
     "SwiGLU",
     "apply_rope",
+    "apply_rope_backward",
     "rope_angles",
     "rope_frequencies",
     "rotate_half",
