@@ -40,3 +40,21 @@ def test_profile_of_one_training_step_lists_our_functions_and_torch_operators():
     for table in (ours, theirs):
         shares = [float(s) for s in re.findall(r"\| ([\d.]+)% \|", table)]
         assert shares[0] == 100.0 and 0 < sum(shares[1:]) <= 100.5
+
+
+@pytest.mark.slow
+def test_profile_of_one_cached_generation_runs_the_decoding_benchmark_workers():
+    cmd = [sys.executable, str(SCRIPT), "decode-reverse", "--calls", "1", "--warmup", "0"]
+    proc = subprocess.run(
+        [*cmd, "--threads", "1", "--top", "60"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    ours, theirs = proc.stdout.split("### decode-reverse: PyTorch")
+    # the reversal model writes 11 tokens: translate is called once, one step per token
+    assert "| decoding.py:translate | 1 |" in ours
+    assert re.search(r"\| _kernels\.decode\.step \| 11 \||\| decode\.py:step \| 11 \|", ours)
+    assert re.search(r"\| aten::(mm|addmm) \| \d+ \|", theirs)
