@@ -64,8 +64,10 @@ __all__ = [
     "unmerge_lora",
 ]
 
-#: The two files of an adapter, named as PEFT's ``save_pretrained`` names them.
-ADAPTER_WEIGHTS, ADAPTER_CONFIG = "adapter_model.safetensors", "adapter_config.json"
+#: The adapter's weights, named as PEFT's ``save_pretrained`` names the file.
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+#: The adapter's configuration (r, alpha, the target maps), named as PEFT names it.
+ADAPTER_CONFIG = "adapter_config.json"
 
 
 class LoRALinear(Module):
