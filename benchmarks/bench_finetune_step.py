@@ -64,6 +64,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench_lora_memory import SIZES
 from report import (
     add_rounds_argument,
     command_line,
@@ -76,22 +77,8 @@ from report import (
 )
 from timed_calls import TimedProcess, serve, worker_env
 
-MODELS = {
-    # SmolLM2-135M (HuggingFaceTB/SmolLM2-135M-Instruct's config.json)
-    "smollm2": dict(
-        vocab_size=49152,
-        d_model=576,
-        n_layers=30,
-        n_heads=9,
-        n_kv_heads=3,
-        d_ff=1536,
-        max_len=8192,
-        rope_base=100000.0,
-    ),  # fmt: skip
-    "tiny": dict(
-        vocab_size=512, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=128, max_len=256
-    ),  # fmt: skip
-}
+# SmolLM2-135M's sizes and a tiny model: the memory benchmark's own.
+MODELS = SIZES
 R, ALPHA, TARGETS = 8, 16, ("q", "v")
 LR, BETAS, EPS, WD = 1e-4, (0.9, 0.999), 1e-8, 0.01
 IGNORE = -100
