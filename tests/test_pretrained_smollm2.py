@@ -154,7 +154,7 @@ def test_the_loaders_give_the_packages_own_tokenizer(tok):
 # The model
 # ---------------------------------------------------------------------------------------------
 def test_load_smollm2_rejects_other_dtypes():
-    with pytest.raises(ValueError, match="dtype must be np.float32 or np.float64, got 'int8'"):
+    with pytest.raises(TypeError, match="dtype must be np.float32 or np.float64, got 'int8'"):
         load_smollm2("int8")
 
 
@@ -163,7 +163,7 @@ def test_load_smollm2_rejects_other_dtypes():
 )
 def test_load_smollm2_names_a_dtype_that_is_not_one(dtype, got):
     # np.dtype(None) is float64, and a None passed on gave an AttributeError
-    with pytest.raises(ValueError, match=f"dtype must be np.float32 or np.float64, got {got}"):
+    with pytest.raises(TypeError, match=f"dtype must be np.float32 or np.float64, got {got}"):
         load_smollm2(dtype)
     with pytest.raises(TypeError, match="path must be a str or a pathlib.Path, got int"):
         load_smollm2(path=5)

@@ -27,9 +27,10 @@ from .tokenizer import check_text
 # -- shared -------------------------------------------------------------------------------------
 
 
-def check_float_dtype(dtype, error=TypeError) -> np.dtype:
-    """``np.dtype(dtype)`` if float32 or float64, else ``error``. None is refused: NumPy would
-    read it as float64, where the loaders' default is float32."""
+def check_float_dtype(dtype) -> np.dtype:
+    """``np.dtype(dtype)`` if float32 or float64, else a TypeError (as :func:`check_dtype` of
+    the layers). None is refused: NumPy would read it as float64, where the loaders' default is
+    float32."""
     try:
         dt = None if dtype is None else np.dtype(dtype)
     except TypeError:
@@ -37,7 +38,7 @@ def check_float_dtype(dtype, error=TypeError) -> np.dtype:
     if dt is None or dt not in (np.dtype(np.float32), np.dtype(np.float64)):
         got = repr(dtype) if dt is None or isinstance(dtype, str) else str(dt)
         default = " (the default is np.float32)" if dtype is None else ""
-        raise error(f"dtype must be np.float32 or np.float64, got {got}{default}")
+        raise TypeError(f"dtype must be np.float32 or np.float64, got {got}{default}")
     return dt
 
 
@@ -202,7 +203,7 @@ def check_minilm_pool(self, hidden, attention_mask):
 
 
 def check_load_smollm2(dtype, path):
-    return {"dtype": check_float_dtype(dtype, ValueError), "path": check_path(path, "path")}
+    return {"dtype": check_float_dtype(dtype), "path": check_path(path, "path")}
 
 
 def check_load_smollm2_tokenizer(path):
