@@ -13,6 +13,8 @@ from importlib import resources
 import numpy as np
 from matplotlib.figure import Figure
 
+from transformer_np.examples.finetune import TARGETS
+
 LOG = ("transformer_np.examples", "data/tutor_log.json")  # (package, path inside it)
 
 TEXT = {
@@ -23,7 +25,8 @@ TEXT = {
         "smooth": "addestramento, media mobile su 5 passi",
         "heldout": "validazione (domande riscritte)",
         "lr": "learning rate",
-        "title": "SmolLM2-135M-Instruct con LoRA (rango 8, query e value)",
+        "title": "SmolLM2-135M-Instruct con LoRA (rango {rank}, {maps})",
+        "all": "tutte le 7 mappe di ogni blocco",
     },
     "en": {
         "step": "step",
@@ -32,7 +35,8 @@ TEXT = {
         "smooth": "training, moving average over 5 steps",
         "heldout": "validation (reworded questions)",
         "lr": "learning rate",
-        "title": "SmolLM2-135M-Instruct with LoRA (rank 8, queries and values)",
+        "title": "SmolLM2-135M-Instruct with LoRA (rank {rank}, {maps})",
+        "all": "all 7 maps of every block",
     },
 }
 
@@ -58,7 +62,10 @@ def figure(lang: str, log=None) -> Figure:
             label=t["heldout"])  # fmt: skip
     ax.set_xlabel(t["step"])
     ax.set_ylabel(t["loss"])
-    ax.set_title(t["title"])
+    options = log["options"]  # the run's own rank and maps, not ones written here
+    maps = options["targets"]
+    maps = t["all"] if sorted(maps) == sorted(TARGETS) else ", ".join(maps)
+    ax.set_title(t["title"].format(rank=options["rank"], maps=maps))
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     lr = ax.twinx()  # the schedule, on its own axis

@@ -160,7 +160,9 @@ def test_a_short_run_lowers_the_loss_and_saves_an_adapter_that_loads_back(tokeni
     assert losses[-1] < losses[0] - 0.1, losses
     assert log["heldout"][-1]["loss"] < log["heldout"][0]["loss"] - 0.1
     assert [h["step"] for h in log["heldout"]] == [0, 6]
-    assert log["trainable_parameters"] == 2 * 8 * (32 + 32 + 32 + 16)  # r (d_in + d_out), q, v
+    # r (d_in + d_out) for each map of each block: q, k, v, o, then gate, up, down
+    per_block = 8 * ((32 + 32) + 2 * (32 + 16) + (32 + 32) + 3 * (32 + 64))
+    assert log["trainable_parameters"] == 2 * per_block
     ft.save_run(tmp_path / "run", model, log, overwrite=False)
     assert sorted(os.listdir(tmp_path / "run")) == [
         "adapter_config.json", "adapter_model.safetensors", "training_log.json"]  # fmt: skip
@@ -183,6 +185,7 @@ def test_the_command_runs_saves_and_refuses_to_overwrite(tokenizer, tmp_path, mo
     assert f"saved to {folder}\n" in out
     log = json.loads((folder / "training_log.json").read_text(encoding="utf-8"))
     assert log["command"][-2:] == ["--save", str(folder)] and log["train"]["step"] == [1, 2]
+    assert log["options"]["targets"] == list(ft.TARGETS)
     with pytest.raises(SystemExit) as exc:  # the same folder again: refused before loading
         ft.main(argv)
     assert exc.value.code == 2
@@ -195,8 +198,9 @@ def test_the_command_runs_saves_and_refuses_to_overwrite(tokenizer, tmp_path, mo
 
 
 @pytest.fixture
-def no_loading(monkeypatch):
+def no_loading(monkeypatch, tmp_path):
     monkeypatch.setattr(ft, "load_smollm2_model", lambda: pytest.fail("the model was loaded"))
+    monkeypatch.chdir(tmp_path)  # the default --save folder, "tutor", is looked for here
 
 
 @pytest.mark.parametrize(
@@ -205,9 +209,12 @@ def no_loading(monkeypatch):
         (["--steps", "0"], "argument --steps: must be an integer >= 1, got '0'"),
         (["--lr", "-1"], "argument --lr: must be a finite number > 0, got '-1'"),
         (["--rank", "0"], "argument --rank: must be an integer >= 1, got '0'"),
-        (["--warmup", "40"], "--warmup (40 steps) must be shorter than --steps (40)"),
+        (["--warmup", "60"], "--warmup (60 steps) must be shorter than --steps (60)"),
         (["--quick", "--warmup", "4"], "--warmup (4 steps) must be shorter than --steps (4)"),
-        (["--overwrite"], "--overwrite lets --save replace the files of a run: it needs --save"),
+        (["--targets", "q", "bogus"], "--targets: 'bogus' names no Linear layer of the Llama"),
+        (["--quick", "--overwrite"], "--overwrite lets the run replace the files of an earlier"),
+        (["--no-save", "--overwrite"], "but this run saves nothing (--no-save, or --quick"),
+        (["--no-save", "--save", "run"], "argument --save: not allowed with argument --no-save"),
     ],
 )
 def test_bad_options_are_usage_errors_before_loading(argv, message, no_loading, capsys):
@@ -215,6 +222,26 @@ def test_bad_options_are_usage_errors_before_loading(argv, message, no_loading, 
         ft.main(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_full_run_saves_in_tutor_unless_told_otherwise(no_loading):
+    assert ft.parse_arguments([]).save == ft.SAVE_FOLDER == "tutor"
+    assert ft.parse_arguments(["--save", "mine"]).save == "mine"
+    assert ft.parse_arguments(["--no-save"]).save is None
+    assert ft.parse_arguments(["--quick"]).save is None  # a try: kept only if asked
+    assert ft.parse_arguments(["--quick", "--save", "try"]).save == "try"
+
+
+def test_an_earlier_run_in_the_default_folder_is_refused(tmp_path, no_loading, capsys):
+    (tmp_path / "tutor").mkdir()
+    (tmp_path / "tutor" / "training_log.json").write_text("mine")
+    with pytest.raises(SystemExit) as exc:
+        ft.main([])
+    assert exc.value.code == 2
+    assert "--save 'tutor' already holds training_log.json: pass --overwrite" in (
+        capsys.readouterr().err
+    )
+    assert (tmp_path / "tutor" / "training_log.json").read_text() == "mine"
 
 
 def test_save_that_cannot_be_written_is_a_usage_error(tmp_path, no_loading, capsys):

@@ -30,7 +30,7 @@ def check_save_folder(folder, overwrite):
     if present and not overwrite:
         return (
             f"--save {given!r} already holds {', '.join(present)}: pass --overwrite to replace "
-            "them (or choose another folder)"
+            "them, or --save another folder"
         )
     return None
 
@@ -58,7 +58,10 @@ def check_finetune_options(args):
             "learning rate would never come down"
         )
     if args.overwrite and args.save is None:
-        return "--overwrite lets --save replace the files of a run: it needs --save FOLDER"
+        return (
+            "--overwrite lets the run replace the files of an earlier one, but this run saves "
+            "nothing (--no-save, or --quick without --save)"
+        )
     if args.save is not None:
         return check_save_folder(args.save, args.overwrite)
     return None

@@ -14,8 +14,9 @@ whole conversation with the model's chat template, runs the prompt through the m
 prefill) and then generates token by token with the key/value cache
 (:func:`transformer_np.stream`), printing each piece of text as soon as it is complete.
 Greedy decoding (``--temperature 0``, the default) always gives the same answer.
-``--adapter`` loads a LoRA adapter saved by ``python -m transformer_np.examples.finetune --save``
-(or by PEFT) and merges it into the weights, so the chat runs as fast as without it.
+``--adapter`` loads a LoRA adapter saved by ``python -m transformer_np.examples.finetune`` (in
+``tutor`` unless ``--save DIR``) or by PEFT, and merges it into the weights, so the chat runs as
+fast as without it.
 """
 
 from __future__ import annotations
