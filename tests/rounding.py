@@ -595,6 +595,30 @@ def _dropped(a, mask):
     return a if mask is None else Rounded(a.value * mask, a.n + 2, a.terms * mask)
 
 
+def pre_ln_block_rounded(x, norm1, attn, norm2, ff, dropout_masks=(None, None)):
+    """A pre-LN block, h = x + attn(norm1(x)), y = h + ff(norm2(h)), on a Rounded ``x``; each
+    sublayer is a function ``t -> (out, back)`` with ``back(g) -> (dt, grads)``. The encoder
+    block's pre-LN branch and the LLaMA block (RMSNorm, grouped-query attention, SwiGLU) are both
+    this. Returns ``(y, back)``; ``back(g)`` gives ``(dx, grads)`` under the block's names."""
+    m1, m2 = dropout_masks
+    n1, back_n1 = norm1(x)
+    a, back_a = attn(n1)
+    h = add_rounded(x, _dropped(a, m1))
+    n2, back_n2 = norm2(h)
+    f, back_f = ff(n2)
+    y = add_rounded(h, _dropped(f, m2))
+
+    def back(g):
+        df, gf = back_f(_dropped(g, m2))  # through y = h + f * m2: the mask again
+        dn2, gn2 = back_n2(df)
+        dh = add_rounded(g, dn2)
+        da, ga = back_a(_dropped(dh, m1))
+        dn1, gn1 = back_n1(da)
+        return add_rounded(dh, dn1), _named(attn=ga, norm1=gn1, norm2=gn2, ff=gf)
+
+    return y, back
+
+
 def encoder_block_rounded(
     block, x, mask=None, bias=None, dropout_masks=(None, None), functions=OUR_FUNCTIONS
 ):
@@ -603,22 +627,14 @@ def encoder_block_rounded(
     ``(y, back)``; ``back(g)`` gives ``(dx, grads)``."""
     m1, m2 = dropout_masks
     if block.norm_first:
-        n1, back_n1 = _norm(block.norm1, x)
-        a, back_a = mha_rounded(block.attn, n1, None, mask, bias, functions=functions)
-        h = add_rounded(x, _dropped(a, m1))
-        n2, back_n2 = _norm(block.norm2, h)
-        f, back_f = feed_forward_rounded(block.ff, n2, functions)
-        y = add_rounded(h, _dropped(f, m2))
-
-        def back_pre(g):
-            df, gf = back_f(g)
-            dn2, gn2 = back_n2(df)
-            dh = add_rounded(g, dn2)
-            da, ga = back_a(dh)
-            dn1, gn1 = back_n1(da)
-            return add_rounded(dh, dn1), _named(attn=ga, norm1=gn1, norm2=gn2, ff=gf)
-
-        return y, back_pre
+        return pre_ln_block_rounded(
+            x,
+            norm1=lambda t: _norm(block.norm1, t),
+            attn=lambda t: mha_rounded(block.attn, t, None, mask, bias, functions=functions),
+            norm2=lambda t: _norm(block.norm2, t),
+            ff=lambda t: feed_forward_rounded(block.ff, t, functions),
+            dropout_masks=dropout_masks,
+        )
     a, back_a = mha_rounded(block.attn, x, None, mask, bias, functions=functions)
     h, back_n1 = _norm(block.norm1, add_rounded(x, _dropped(a, m1)))
     f, back_f = feed_forward_rounded(block.ff, h, functions)

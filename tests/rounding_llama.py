@@ -27,6 +27,7 @@ from rounding import (
     attention_rounded,
     embedding_rounded,
     linear_rounded,
+    pre_ln_block_rounded,
 )
 
 FR = FUNCTION_ROUNDINGS
@@ -203,29 +204,17 @@ def swiglu_rounded(ff, x):
     return y, back
 
 
-def _named(**groups):
-    return {f"{prefix}.{k}": v for prefix, grads in groups.items() for k, v in grads.items()}
-
-
 def llama_block_rounded(block, x, mask=None, rope=SHARED_TABLES):
-    """LlamaBlock on a Rounded ``x``: h = x + attn(norm1(x)), y = h + ff(norm2(h)). Returns
+    """LlamaBlock on a Rounded ``x``: the pre-LN block (h = x + attn(norm1(x)),
+    y = h + ff(norm2(h))) with RMSNorm, grouped-query attention and SwiGLU. Returns
     ``(y, back)``; ``back(g)`` gives ``(dx, grads)`` under the block's names."""
-    n1, back_n1 = rms_norm_rounded(x, block.norm1.params["gamma"], block.norm1.eps)
-    a, back_a = gqa_rounded(block.attn, n1, mask, rope)
-    h = add_rounded(x, a)
-    n2, back_n2 = rms_norm_rounded(h, block.norm2.params["gamma"], block.norm2.eps)
-    f, back_f = swiglu_rounded(block.ff, n2)
-    y = add_rounded(h, f)
-
-    def back(g):
-        df, gf = back_f(g)
-        dn2, gn2 = back_n2(df)
-        dh = add_rounded(g, dn2)
-        da, ga = back_a(dh)
-        dn1, gn1 = back_n1(da)
-        return add_rounded(dh, dn1), _named(attn=ga, norm1=gn1, norm2=gn2, ff=gf)
-
-    return y, back
+    return pre_ln_block_rounded(
+        x,
+        norm1=lambda t: rms_norm_rounded(t, block.norm1.params["gamma"], block.norm1.eps),
+        attn=lambda t: gqa_rounded(block.attn, t, mask, rope),
+        norm2=lambda t: rms_norm_rounded(t, block.norm2.params["gamma"], block.norm2.eps),
+        ff=lambda t: swiglu_rounded(block.ff, t),
+    )
 
 
 def llama_model_rounded(model, ids, rope=SHARED_TABLES):
