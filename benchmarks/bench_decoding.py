@@ -86,6 +86,22 @@ def build(args, new):
     return LanguageModel(cfg, rng=0), prompt
 
 
+def model_sizes(model, prompt) -> dict:
+    """The workload's sizes as the model built has them (the trained models have their own)."""
+    c = model.config
+    if hasattr(c, "n_layers"):  # a LanguageModel
+        layers, vocabulary = c.n_layers, c.vocab_size
+    else:  # the encoder-decoder Transformer
+        layers, vocabulary = f"{c.n_encoder_layers} + {c.n_decoder_layers}", c.tgt_vocab_size
+    return {
+        "layers": layers,
+        "d_model": c.d_model,
+        "heads": c.n_heads,
+        "vocabulary": vocabulary,
+        "prompt_tokens": int(prompt.shape[1]),
+    }
+
+
 def worker_ours(args, use_cache: bool) -> None:
     from transformer_np._kernels.threads import blas_single_threaded
     from transformer_np.decoding import generate, translate
@@ -103,6 +119,7 @@ def worker_ours(args, use_cache: bool) -> None:
     with blas_single_threaded():
         out = run()  # the warm-up
         ready = {"tokens": out.tolist(), "d_ff": model.config.d_ff, "threads": "BLAS 1"}
+        ready["sizes"] = model_sizes(model, prompt)
         serve(run, ready)
 
 
@@ -350,11 +367,7 @@ def main(argv=None):
         {
             "model": args.model,
             "batch": args.batch,
-            "layers": args.layers,
-            "d_model": args.d_model,
-            "heads": HEADS,
-            "vocabulary": VOCAB,
-            "prompt_tokens": PROMPT_TOKENS,
+            **ready["ours"]["sizes"],  # the model's own (for charlm and reverse, the trained one)
             "new_tokens": args.new,
             "dtype": "float32",
         },
@@ -374,9 +387,10 @@ def main(argv=None):
         command=command_line("bench_decoding.py", sys.argv[1:] if argv is None else argv),
         rounds=args.rounds,
     )
+    sizes_of = ready["ours"]["sizes"]
     print(
-        f"prompt of {PROMPT_TOKENS} tokens, batch {args.batch}, d_model {args.d_model}, "
-        f"{args.layers} layers, float32"
+        f"{args.model}: prompt of {sizes_of['prompt_tokens']} tokens, batch {args.batch}, "
+        f"d_model {sizes_of['d_model']}, {sizes_of['layers']} layers, float32"
     )
     for e in sizes:
         new = e["size"]

@@ -150,6 +150,21 @@ def test_decoding_benchmark_writes_json_with_identical_tokens(quick):
     # the tokens with and without the cache, and those of PyTorch (same weights), are the same
     assert all(res["checks"].values()), res["checks"]
     assert "identical tokens: True" in proc.stdout
+    w = res["workload"]  # the random LM of the defaults
+    assert (w["layers"], w["d_model"], w["vocabulary"], w["prompt_tokens"]) == (2, 64, 64, 8)
+
+
+def test_decoding_benchmark_records_the_trained_models_own_sizes(tmp_path):
+    from transformer_np.examples.reverse import load_trained
+
+    out = tmp_path / "reverse.json"  # not among the quick results the page writer reads
+    run("bench_decoding.py", "--model", "reverse", "--new", "3", "--rounds", "1", "--pause", "0",
+        "--json", out)  # fmt: skip
+    c = load_trained()[0].config
+    w = json.loads(out.read_text())["workload"]
+    assert w["layers"] == f"{c.n_encoder_layers} + {c.n_decoder_layers}"
+    assert (w["d_model"], w["heads"]) == (c.d_model, c.n_heads)
+    assert (w["vocabulary"], w["prompt_tokens"]) == (c.tgt_vocab_size, 10)  # sources of 10 digits
 
 
 needs_ref = pytest.mark.skipif(not REF_PYTHON.exists(), reason="no .venv-ref (make bench)")
