@@ -47,6 +47,7 @@ from ._checks.lora import (
     check_unmerge_lora,
     read_peft_adapter,
 )
+from ._peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS, PREFIX, peft_path
 from .checkpoints import write_atomically
 from .layers import Dropout, Linear
 from .llama import LlamaModel
@@ -63,11 +64,6 @@ __all__ = [
     "save_lora",
     "unmerge_lora",
 ]
-
-#: The adapter's weights, named as PEFT's ``save_pretrained`` names the file.
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-#: The adapter's configuration (r, alpha, the target maps), named as PEFT names it.
-ADAPTER_CONFIG = "adapter_config.json"
 
 
 class LoRALinear(Module):
@@ -202,27 +198,6 @@ class LoRALinear(Module):
 def lora_layers(model):
     """``{path: LoRALinear}`` of the adapted maps of ``model``, in the model's order."""
     return {p: m for p, m in model.named_modules() if isinstance(m, LoRALinear)}
-
-
-# the maps of a LlamaModel block, our path -> transformers' (LlamaDecoderLayer)
-PEFT_NAMES = {
-    "attn.q": "self_attn.q_proj",
-    "attn.k": "self_attn.k_proj",
-    "attn.v": "self_attn.v_proj",
-    "attn.o": "self_attn.o_proj",
-    "ff.gate": "mlp.gate_proj",
-    "ff.up": "mlp.up_proj",
-    "ff.down": "mlp.down_proj",
-}
-
-
-def peft_path(path):
-    """transformers' name of the map at our ``path`` of a LlamaModel, or None:
-    ``"blocks.3.attn.q"`` -> ``"model.layers.3.self_attn.q_proj"``."""
-    m = re.fullmatch(r"blocks\.(\d+)\.(\w+\.\w+)", path)
-    if m is None or m[2] not in PEFT_NAMES:
-        return None
-    return f"model.layers.{m[1]}.{PEFT_NAMES[m[2]]}"
 
 
 def names_one(target, name):
@@ -377,8 +352,6 @@ def unmerge_lora(model):
 # --------------------------------------------------------------------------------------------
 # the files of PEFT
 # --------------------------------------------------------------------------------------------
-
-PREFIX = "base_model.model."  # what PEFT puts before the names of transformers' model
 
 
 def peft_config(model, layers, base_model):

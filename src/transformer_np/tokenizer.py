@@ -187,6 +187,8 @@ class ByteLevelBPE:
     ``tokenizers`` library drops such a byte without a word.
     """
 
+    PRE_TOKENIZERS = PRE_TOKENIZERS  # the names ``pre`` can take
+
     @checked(check_init)
     def __init__(
         self,

@@ -14,6 +14,7 @@ import re
 
 import numpy as np
 
+from .._peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS, PREFIX, peft_path
 from ..layers import Linear
 from ..llama import LlamaModel
 from ..module import Module
@@ -30,11 +31,10 @@ from .general import (
 from .layers import check_probability, features_call
 
 
-def lora():
-    """The module :mod:`transformer_np.lora` (imported when first needed: it imports this one)."""
-    from .. import lora
-
-    return lora
+def adapter_layers(model):
+    """``{path: layer}`` of the layers of ``model`` that carry an adapter (a sub-layer named
+    ``lora_A``): ``lora.lora_layers``, told by the children (lora.py imports this module)."""
+    return {p: m for p, m in model.named_modules() if "lora_A" in m.children()}
 
 
 # -- the layer ------------------------------------------------------------------------------------
@@ -68,7 +68,7 @@ def check_model(model):
 def adapted_layers(model, function):
     """``{path: LoRALinear}`` of ``model``, or a ValueError if it has none."""
     check_model(model)
-    layers = lora().lora_layers(model)
+    layers = adapter_layers(model)
     if not layers:
         raise ValueError(
             f"{function}: the {type(model).__name__} has no LoRA adapters: add them with "
@@ -95,7 +95,7 @@ def check_targets(targets):
 
 def check_add_lora(model, r, alpha, targets, dropout, rng):
     check_model(model)
-    adapted = lora().lora_layers(model)
+    adapted = adapter_layers(model)
     if adapted:
         raise ValueError(
             f"the {type(model).__name__} already has LoRA adapters (on {', '.join(adapted)}): "
@@ -174,7 +174,7 @@ def check_save_lora(folder, model, base_model, overwrite):
             raise FileNotFoundError(
                 f"cannot save to {text!r}: the directory {parent!r} does not exist"
             )
-    for name in (lora().ADAPTER_WEIGHTS, lora().ADAPTER_CONFIG):
+    for name in (ADAPTER_WEIGHTS, ADAPTER_CONFIG):
         target = os.path.join(text, name)
         if os.path.isdir(target):
             raise IsADirectoryError(f"cannot save to {target!r}: it is a directory")
@@ -188,7 +188,7 @@ def check_save_lora(folder, model, base_model, overwrite):
 
 def check_load_lora(folder, model):
     check_llama(model, "load_lora")
-    adapted = lora().lora_layers(model)
+    adapted = adapter_layers(model)
     if adapted:
         raise ValueError(
             f"load_lora: the model already has LoRA adapters (on {', '.join(adapted)}): load "
@@ -199,14 +199,13 @@ def check_load_lora(folder, model):
         raise FileNotFoundError(f"no adapter folder {text!r}")
     if not os.path.isdir(text):
         raise NotADirectoryError(
-            f"{text!r} is a file: give the folder that holds {lora().ADAPTER_CONFIG} and "
-            f"{lora().ADAPTER_WEIGHTS}"
+            f"{text!r} is a file: give the folder that holds {ADAPTER_CONFIG} and {ADAPTER_WEIGHTS}"
         )
-    for name in (lora().ADAPTER_CONFIG, lora().ADAPTER_WEIGHTS):
+    for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS):
         if not os.path.isfile(os.path.join(text, name)):
             raise FileNotFoundError(
                 f"the folder {text!r} has no {name}: an adapter folder holds "
-                f"{lora().ADAPTER_CONFIG} and {lora().ADAPTER_WEIGHTS} (PEFT's save_pretrained)"
+                f"{ADAPTER_CONFIG} and {ADAPTER_WEIGHTS} (PEFT's save_pretrained)"
             )
     return {"folder": text, "model": model}
 
@@ -270,20 +269,19 @@ def read_tensors(path):
 def read_peft_adapter(folder, model):
     """r, alpha, dropout and ``{our path: (A (r, d_in), B (d_out, r))}`` of the adapter in
     ``folder``, every name, shape and value checked against ``model``, in its dtype."""
-    L = lora()
-    r, alpha, dropout = read_config(os.path.join(folder, L.ADAPTER_CONFIG))
-    path = os.path.join(folder, L.ADAPTER_WEIGHTS)
+    r, alpha, dropout = read_config(os.path.join(folder, ADAPTER_CONFIG))
+    path = os.path.join(folder, ADAPTER_WEIGHTS)
     tensors = read_tensors(path)
     linears = {p: m for p, m in model.named_modules() if type(m) is Linear}
-    ours = {L.peft_path(p): p for p in linears if L.peft_path(p)}  # transformers' -> ours
+    ours = {peft_path(p): p for p in linears if peft_path(p)}  # transformers' -> ours
     pairs = {}
     for key, value in tensors.items():
-        m = re.fullmatch(re.escape(L.PREFIX) + r"(.+)\.lora_([AB])\.weight", key)
+        m = re.fullmatch(re.escape(PREFIX) + r"(.+)\.lora_([AB])\.weight", key)
         if m is None or m[1] not in ours:
             raise ValueError(
                 f"{path!r}: the tensor {key!r} is not a LoRA matrix of a map of this "
                 f"LlamaModel ({model.config.n_layers} layers), named as PEFT names them "
-                f"('{L.PREFIX}model.layers.0.self_attn.q_proj.lora_A.weight')"
+                f"('{PREFIX}model.layers.0.self_attn.q_proj.lora_A.weight')"
             )
         pairs.setdefault(ours[m[1]], {})[m[2]] = value
     if not pairs:
@@ -293,18 +291,18 @@ def read_peft_adapter(folder, model):
         if p not in pairs:
             continue
         if set(pairs[p]) != {"A", "B"}:
-            raise ValueError(f"{path!r}: {L.peft_path(p)} has lora_A or lora_B, not both")
+            raise ValueError(f"{path!r}: {peft_path(p)} has lora_A or lora_B, not both")
         lin, (A, B) = linears[p], (pairs[p]["A"], pairs[p]["B"])
         if A.shape != (r, lin.d_in) or B.shape != (lin.d_out, r):
             raise ValueError(
-                f"{path!r}: {L.peft_path(p)} has lora_A {A.shape} and lora_B {B.shape}; this "
+                f"{path!r}: {peft_path(p)} has lora_A {A.shape} and lora_B {B.shape}; this "
                 f"model with r = {r} needs {(r, lin.d_in)} and {(lin.d_out, r)}"
             )
         dtype = lin.params["W"].dtype
         for name, w in (("lora_A", A), ("lora_B", B)):
             if w.dtype.kind != "f":
-                raise ValueError(f"{path!r}: {L.peft_path(p)}.{name} has dtype {w.dtype}")
+                raise ValueError(f"{path!r}: {peft_path(p)}.{name} has dtype {w.dtype}")
             with np.errstate(over="ignore"):  # (too large for float32: inf, reported)
-                check_finite(w.astype(dtype), f"{path!r}: {L.peft_path(p)}.{name} (in {dtype})")
+                check_finite(w.astype(dtype), f"{path!r}: {peft_path(p)}.{name} (in {dtype})")
         weights[p] = (A.astype(dtype), B.astype(dtype))
     return r, alpha, dropout, weights

@@ -102,13 +102,10 @@ def check_token_map(tokens, name: str, size: int) -> dict[str, int]:
     return {token: int(i) for token, i in tokens.items()}
 
 
-def check_pre(pre) -> str:
-    from ..tokenizer import PRE_TOKENIZERS
-
-    if pre not in PRE_TOKENIZERS:
-        raise ValueError(
-            f"pre must name a pre-tokenizer, one of {sorted(PRE_TOKENIZERS)}, got {pre!r}"
-        )
+def check_pre(pre, known) -> str:
+    """``pre``, a name of ``known`` (the class's ``PRE_TOKENIZERS``)."""
+    if not isinstance(pre, str) or pre not in known:
+        raise ValueError(f"pre must name a pre-tokenizer, one of {sorted(known)}, got {pre!r}")
     return pre
 
 
@@ -149,7 +146,8 @@ def check_init(
         self=self, vocab=list(vocab),
         merges=list(merges) if fine else [tuple(map(int, p)) for p in merges],
         special_tokens=check_token_map(special_tokens, "special_tokens", size),
-        added_tokens=check_token_map(added_tokens, "added_tokens", size), pre=check_pre(pre),
+        added_tokens=check_token_map(added_tokens, "added_tokens", size),
+        pre=check_pre(pre, type(self).PRE_TOKENIZERS),
         bos_id=check_token_id(bos_id, "bos_id", size, optional=True),
         eos_id=check_token_id(eos_id, "eos_id", size, optional=True),
         chat_template=chat_template, cache_size=int(cache_size),
@@ -180,7 +178,8 @@ def check_train(cls, text, vocab_size, special_tokens, pre):
             f"special tokens), got {vocab_size}"
         )
     return dict(cls=cls, text=text, vocab_size=int(vocab_size),
-                special_tokens=list(special_tokens), pre=check_pre(pre))  # fmt: skip
+                special_tokens=list(special_tokens),
+                pre=check_pre(pre, cls.PRE_TOKENIZERS))  # fmt: skip
 
 
 def check_from_gguf(cls, gguf):
@@ -204,13 +203,11 @@ def check_from_gguf(cls, gguf):
             f"{gguf.path} describes a {model!r} tokenizer; ByteLevelBPE reads byte-level BPE "
             "vocabularies (tokenizer.ggml.model = 'gpt2')"
         )
-    from ..tokenizer import PRE_TOKENIZERS
-
     pre = md.get("tokenizer.ggml.pre")
-    if pre not in PRE_TOKENIZERS:
+    if pre not in cls.PRE_TOKENIZERS:
         raise ValueError(
             f"{gguf.path} asks for the pre-tokenizer {pre!r} (tokenizer.ggml.pre); the ones "
-            f"known are {sorted(PRE_TOKENIZERS)}"
+            f"known are {sorted(cls.PRE_TOKENIZERS)}"
         )
     return {"cls": cls, "gguf": gguf}
 
