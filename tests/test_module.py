@@ -66,6 +66,11 @@ def test_a_gradient_read_before_backward_is_a_clear_error():
     lm.backward(np.ones_like(logits))
     assert set(lm.grads) == set(lm.params)  # after backward: one gradient per parameter
     assert all(lm.grads[k].shape == p.shape for k, p in lm.params.items())
+    # items() and values() read in one pass give what the keys give, in their order
+    for view in (lm.params, lm.grads):
+        assert [k for k, _ in view.items()] == list(view) and len(view) == len(lm.params)
+        assert all(a is view[k] for (k, a) in view.items())
+        assert [id(a) for a in view.values()] == [id(view[k]) for k in view]
 
 
 def test_backward_before_forward_names_the_model_or_block():
@@ -97,6 +102,20 @@ def test_checked_gives_the_validator_every_argument_by_name_however_called():
         f()
     with pytest.raises(TypeError, match="too many positional arguments"):
         f(1, 2, 3, 4)
+    with pytest.raises(TypeError, match="multiple values for argument 'a'"):
+        f(1, a=1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'd'"):
+        f(1, d=4)
+
+    @checked(lambda a, k: {"a": a, "k": k})
+    def g(a, *, k=5):  # a keyword-only parameter
+        return a, k
+
+    assert [g(1), g(1, k=6), g(a=1, k=6)] == [(1, 5), (1, 6), (1, 6)]
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        g(1, 6)
+    with pytest.raises(TypeError, match="missing a required argument: 'a'"):
+        g(k=6)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])

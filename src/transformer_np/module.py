@@ -18,7 +18,7 @@ checked once, by the outermost call.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, MutableMapping
+from collections.abc import ItemsView, Iterator, MutableMapping, ValuesView
 
 import numpy as np
 
@@ -50,25 +50,31 @@ class NestedParams(MutableMapping):
             self._flat = {name: (leaf, k) for name, leaf, k in self.owner.leaves()}
         return self._flat
 
-    def _split(self, key: str):
+    def entries(self) -> Iterator[tuple[str, dict, str]]:
+        """``(dotted name, the leaf's dict, key)`` of every parameter the view shows: a gradient
+        only once backward has stored it, and only for a trainable leaf."""
+        attr = self.attr
+        for name, (leaf, key) in self.flat().items():
+            d = getattr(leaf, attr)
+            if key in d and (attr == "params" or leaf.trainable):
+                yield name, d, key
+
+    def _entry(self, key: str):
+        """``(the leaf's dict, key)`` of the dotted name ``key``, or a KeyError."""
         found = self.flat().get(key)
         if found is None:
             raise KeyError(key)
         leaf, rest = found
-        return getattr(leaf, self.attr), rest
-
-    def _listed(self, leaf, key) -> bool:
-        """Whether the view shows ``leaf``'s ``key``: a gradient only of a trainable leaf."""
-        return key in getattr(leaf, self.attr) and (self.attr == "params" or leaf.trainable)
+        return getattr(leaf, self.attr), rest, leaf
 
     def __getitem__(self, key):
-        d, rest = self._split(key)
-        if self.attr == "grads" and not self._listed(*self.flat()[key]):
+        d, rest, leaf = self._entry(key)
+        if self.attr == "grads" and not (rest in d and leaf.trainable):
             raise KeyError(f"no gradient for {key!r}: call backward() first, or unfreeze it")
         return d[rest]
 
     def __setitem__(self, key, value):
-        d, rest = self._split(key)
+        d, rest, _ = self._entry(key)
         if rest not in d:
             raise KeyError(f"{key!r} is not a parameter; the keys are {list(self)}")
         d[rest] = value
@@ -77,16 +83,38 @@ class NestedParams(MutableMapping):
         raise TypeError("parameters cannot be deleted")
 
     def __iter__(self) -> Iterator[str]:
-        for name, (leaf, k) in self.flat().items():
-            if self._listed(leaf, k):  # (a gradient exists only after backward)
-                yield name
+        for name, _, _ in self.entries():
+            yield name
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return sum(1 for _ in self.entries())
+
+    # one pass over the leaves for items() and values(), not one lookup per key
+    def items(self):
+        return NestedItems(self)
+
+    def values(self):
+        return NestedValues(self)
 
     def __repr__(self):
         items = ", ".join(f"{k}: {shape_str(v.shape)}" for k, v in self.items())
         return f"NestedParams({items})"
+
+
+class NestedItems(ItemsView):
+    """``view.items()`` of a :class:`NestedParams`, read in one pass over its leaves."""
+
+    def __iter__(self):
+        for name, d, key in self._mapping.entries():
+            yield name, d[key]
+
+
+class NestedValues(ValuesView):
+    """``view.values()`` of a :class:`NestedParams`, read in one pass over its leaves."""
+
+    def __iter__(self):
+        for _, d, key in self._mapping.entries():
+            yield d[key]
 
 
 class Module:

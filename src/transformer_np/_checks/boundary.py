@@ -136,19 +136,24 @@ def checked(validator):
     def decorate(function):
         signature = inspect.signature(function)
         parameters = list(signature.parameters.values())
-        names = [p.name for p in parameters]
-        plain = all(p.kind is p.POSITIONAL_OR_KEYWORD for p in parameters)
-        # the shortest run of leading arguments after which every parameter has a default
-        least = max((i + 1 for i, p in enumerate(parameters) if p.default is p.empty), default=0)
-        defaults = {p.name: p.default for p in parameters[least:]}
+        # the positional parameters in order, every name, and the defaults
+        positional = [p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD]
+        names = frozenset(p.name for p in parameters)
+        defaults = {p.name: p.default for p in parameters if p.default is not p.empty}
+        simple = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in parameters)
 
         @functools.wraps(function)
         def public(*args, **kwargs):
-            if plain and not kwargs and least <= len(args) <= len(names):  # leading arguments
+            if simple and len(args) <= len(positional):  # the common call, bound by hand
                 arguments = dict(defaults)
-                arguments.update(zip(names, args, strict=False))
-                return function(**validator(**arguments))
-            bound = signature.bind(*args, **kwargs)
+                arguments.update(zip(positional, args, strict=False))
+                if not kwargs or (
+                    kwargs.keys() <= names and kwargs.keys().isdisjoint(positional[: len(args)])
+                ):
+                    arguments.update(kwargs)
+                    if len(arguments) == len(names):  # nothing missing
+                        return function(**validator(**arguments))
+            bound = signature.bind(*args, **kwargs)  # (Python's own message for a bad call)
             bound.apply_defaults()
             return function(**validator(**bound.arguments))
 

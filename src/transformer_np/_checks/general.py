@@ -302,6 +302,9 @@ def grad_arrays(grads, name="grads", *, in_place=False):
         )
     arrays = {}
     for key, g in grads.items():
+        if type(g) is np.ndarray and g.dtype.kind in ("f" if in_place else "fiu"):
+            arrays[key] = g  # (the common case, without a call)
+            continue
         what = f"{name}[{key!r}]"
         if in_place:
             if not isinstance(g, np.ndarray) or g.dtype.kind != "f":

@@ -44,10 +44,10 @@ def check_optimizer(model, optimizer, *, need_current_lr=False) -> None:
         )
     if not isinstance(optimizer, Adam):
         return
-    params, names = model.params, optimizer._names
-    if set(params) != set(names):
-        missing = sorted(set(params) - set(names))
-        extra = sorted(set(names) - set(params))
+    params, names = dict(model.params.items()), optimizer._names  # (one pass over the model)
+    if params.keys() != set(names):
+        missing = sorted(params.keys() - set(names))
+        extra = sorted(set(names) - params.keys())
         problem = (
             f"the optimiser holds other parameter names (the model's {missing[:3]} are "
             f"missing, {extra[:3]} are not the model's)"
