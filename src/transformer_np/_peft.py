@@ -1,4 +1,4 @@
-"""PEFT's names: the files of a saved adapter and the maps of transformers' LLaMA.
+"""PEFT's names: the files of a saved adapter, the maps of transformers' LLaMA, ``lora_A``.
 
 What :mod:`transformer_np.lora` writes and reads, and what its validators check, so that an
 adapter saved here loads with ``PeftModel.from_pretrained`` and the reverse.
@@ -34,3 +34,10 @@ def peft_path(path):
     if m is None or m[2] not in PEFT_NAMES:
         return None
     return f"model.layers.{m[1]}.{PEFT_NAMES[m[2]]}"
+
+
+def lora_layers(model):
+    """``{path: layer}`` of the layers of ``model`` that carry an adapter (a sub-layer named
+    ``lora_A``, as PEFT names it: a :class:`~transformer_np.lora.LoRALinear`), in the model's
+    order."""
+    return {p: m for p, m in model.named_modules() if "lora_A" in m.children()}

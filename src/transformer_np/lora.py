@@ -47,7 +47,7 @@ from ._checks.lora import (
     check_unmerge_lora,
     read_peft_adapter,
 )
-from ._peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS, PREFIX, peft_path
+from ._peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS, PREFIX, lora_layers, peft_path
 from .checkpoints import write_atomically
 from .layers import Dropout, Linear
 from .llama import LlamaModel
@@ -193,11 +193,6 @@ class LoRALinear(Module):
 # --------------------------------------------------------------------------------------------
 # adding, merging, the parameters
 # --------------------------------------------------------------------------------------------
-
-
-def lora_layers(model):
-    """``{path: LoRALinear}`` of the adapted maps of ``model``, in the model's order."""
-    return {p: m for p, m in model.named_modules() if isinstance(m, LoRALinear)}
 
 
 def names_one(target, name):

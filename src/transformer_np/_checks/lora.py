@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from .._peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS, PREFIX, peft_path
+from .._peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS, PREFIX, lora_layers, peft_path
 from ..layers import Linear
 from ..llama import LlamaModel
 from ..module import Module
@@ -29,13 +29,6 @@ from .general import (
     type_name,
 )
 from .layers import check_probability, features_call
-
-
-def adapter_layers(model):
-    """``{path: layer}`` of the layers of ``model`` that carry an adapter (a sub-layer named
-    ``lora_A``): ``lora.lora_layers``, told by the children (lora.py imports this module)."""
-    return {p: m for p, m in model.named_modules() if "lora_A" in m.children()}
-
 
 # -- the layer ------------------------------------------------------------------------------------
 
@@ -68,7 +61,7 @@ def check_model(model):
 def adapted_layers(model, function):
     """``{path: LoRALinear}`` of ``model``, or a ValueError if it has none."""
     check_model(model)
-    layers = adapter_layers(model)
+    layers = lora_layers(model)
     if not layers:
         raise ValueError(
             f"{function}: the {type(model).__name__} has no LoRA adapters: add them with "
@@ -95,7 +88,7 @@ def check_targets(targets):
 
 def check_add_lora(model, r, alpha, targets, dropout, rng):
     check_model(model)
-    adapted = adapter_layers(model)
+    adapted = lora_layers(model)
     if adapted:
         raise ValueError(
             f"the {type(model).__name__} already has LoRA adapters (on {', '.join(adapted)}): "
@@ -188,7 +181,7 @@ def check_save_lora(folder, model, base_model, overwrite):
 
 def check_load_lora(folder, model):
     check_llama(model, "load_lora")
-    adapted = adapter_layers(model)
+    adapted = lora_layers(model)
     if adapted:
         raise ValueError(
             f"load_lora: the model already has LoRA adapters (on {', '.join(adapted)}): load "
