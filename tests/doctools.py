@@ -197,6 +197,55 @@ def run_block(code: str) -> str:
     return out.getvalue()
 
 
+# --------------------------------------------------------------------------------------------
+# Figures printed after training: only what every CPU gives
+
+
+@contextlib.contextmanager
+def optimizer_steps(nudge: int | None = None):
+    """Record every optimizer step taken inside (the dtypes of the parameters it updated).
+
+    CPUs round differently (OpenBLAS and NumPy pick other kernels: another summation order,
+    FMA or not), and a training run amplifies those differences step after step: a figure
+    printed after training holds on every CPU only if it does not move when each step's
+    arithmetic changes by a rounding. With ``nudge`` 0 or 1, every step is followed by such a
+    change: each parameter moves by one unit in the last place, up where the lowest bit of its
+    value equals ``nudge`` and down elsewhere (deterministic, so that a block which computes the
+    same thing twice still gets equal results). One unit is the least a different kernel can
+    change: a dot product of length K may differ by up to K of them.
+    """
+    from transformer_np import optim
+
+    taken: list[np.dtype] = []
+    step = optim.Adam.step
+
+    def recorded(self, grads, lr=None):
+        step(self, grads, lr)
+        taken.append(self.dtype)
+        if nudge is not None:
+            for p in self.params.values():
+                bits = p.view(np.uint32 if p.dtype == np.float32 else np.uint64)
+                up = (bits & 1) == nudge
+                p[...] = np.where(up, np.nextafter(p, np.inf), np.nextafter(p, -np.inf))
+
+    optim.Adam.step = recorded
+    try:
+        yield taken
+    finally:
+        optim.Adam.step = step
+
+
+def rounding_moves_output(code: str, shown: str) -> str | None:
+    """What a block prints when every optimizer step is followed by a change of one rounding
+    (``optimizer_steps(nudge)``, both ways), if that differs from ``shown``; None if it does not."""
+    for nudge in (0, 1):
+        with optimizer_steps(nudge):
+            printed = normalise_output(run_block(code))
+        if printed != normalise_output(shown):
+            return printed
+    return None
+
+
 def normalise_output(text: str) -> str:
     return "\n".join(ln.rstrip() for ln in text.strip("\n").split("\n"))
 

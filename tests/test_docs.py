@@ -3,7 +3,10 @@
 Each block is executed by mktestdocs' executor in a fresh namespace (a reader copies one block:
 it must run by itself), after ``--8<--`` includes are expanded as the site build expands them.
 Where the page shows the block's output (a ```text title="Output"``` fence right after it),
-the block's stdout must equal it.
+the block's stdout must equal it, on any CPU: a block that trains a model before it prints is run
+again with one rounding changed at every training step (doctools.optimizer_steps), and must print
+the same. The English blocks whose code equals the Italian one's apart from comments, with the
+same output, run in the full suite only (marked slow): they run exactly the same code.
 """
 
 from __future__ import annotations
@@ -17,22 +20,36 @@ from doctools import (
     OUTPUT_INFO,
     RUN_INFO,
     normalise_output,
+    optimizer_steps,
     orphan_outputs,
     pages,
     python_blocks,
     read_page,
+    rounding_moves_output,
     run_block,
     silently_skipped,
+    strip_comments,
 )
 
 
+def _twin_key(page: str, block) -> tuple:
+    # What a block runs and must print, whatever the language of its comments.
+    shown = None if block.expected_output is None else normalise_output(block.expected_output)
+    return page, strip_comments(block.code, RUN_INFO), shown
+
+
 def _all_blocks():
-    params = []
+    params, first = [], set()
     for lang in LANGUAGES:
         for path in pages(lang):
             rel = path.relative_to(DOCS).as_posix()
+            page = path.relative_to(DOCS / lang).as_posix()
             for block in python_blocks(read_page(path)):
-                params.append(pytest.param(block, id=f"{rel}:{block.line}"))
+                key = _twin_key(page, block)
+                twin = lang != LANGUAGES[0] and key in first
+                first.add(key)
+                marks = [pytest.mark.slow] if twin else []
+                params.append(pytest.param(block, id=f"{rel}:{block.line}", marks=marks))
     return params
 
 
@@ -54,12 +71,23 @@ def test_every_language_has_python_blocks():
 
 @pytest.mark.parametrize("block", BLOCKS)
 def test_block_runs_alone_and_prints_what_the_page_shows(block):
-    printed = run_block(block.code)
-    if block.expected_output is not None:
-        shown = normalise_output(block.expected_output)
-        real = normalise_output(printed)
-        assert real == shown, (
-            f"the output shown on the page is stale.\n--- shown ---\n{shown}\n--- real ---\n{real}"
+    with optimizer_steps() as steps:
+        printed = run_block(block.code)
+    if block.expected_output is None:
+        return
+    shown = normalise_output(block.expected_output)
+    real = normalise_output(printed)
+    assert real == shown, (
+        f"the output shown on the page is stale.\n--- shown ---\n{shown}\n--- real ---\n{real}"
+    )
+    if steps:  # figures printed after training: only the digits every CPU gives
+        moved = rounding_moves_output(block.code, shown)
+        dtypes = sorted({str(d) for d in steps})
+        assert moved is None, (
+            f"this block prints after {len(steps)} training steps in {', '.join(dtypes)}, and one "
+            "rounding changed at each step changes what it prints: another CPU would print "
+            "something else. Train in float64, or print fewer digits (CONTRIBUTING.md, "
+            f"'Figures after training').\n--- shown ---\n{shown}\n--- moved ---\n{moved}"
         )
 
 
