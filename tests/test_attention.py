@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from transformer_np import (
+    Linear,
     attention_backward,
     attention_steps,
     causal_mask,
@@ -482,13 +483,17 @@ def test_attention_backward_checks_the_shapes_of_the_forward_pass():
 
 
 @pytest.mark.parametrize("need_weights", [True, False])
-def test_sdpa_unchecked_is_the_same_computation(need_weights):
-    """The layers call the plain body, on inputs they checked: the same numbers."""
+def test_sdpa_inside_a_layer_is_the_same_computation(need_weights):
+    """Called by the package's own maths (here inside a layer's call), the function runs its
+    body as it is (tests/test_boundary.py: without its validator): the same numbers."""
     mask = causal_mask(6)[1:]  # (5, 6)
     out, w = scaled_dot_product_attention(Q, K, V, mask, need_weights=need_weights)
-    raw_out, raw_w = scaled_dot_product_attention.unchecked(
-        Q, K, V, mask, need_weights=need_weights
-    )
+
+    class Probe(Linear):  # a layer whose forward calls the public function
+        def forward(self, x):
+            return scaled_dot_product_attention(Q, K, V, mask, need_weights=need_weights)
+
+    raw_out, raw_w = Probe(2, 2)(np.zeros((1, 2)))
     np.testing.assert_array_equal(raw_out, out)
     assert (raw_w is None and w is None) or np.array_equal(raw_w, w)
 

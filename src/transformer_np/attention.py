@@ -7,7 +7,7 @@ D = d_model, Dh = d_model / H the size of one head.
 :func:`scaled_dot_product_attention` runs the same steps in place, and on big problems in chunks
 of query rows on every core (the private ``_kernels.attention``, tested equal to
 :func:`attention_steps`). :func:`attention_backward` gives the gradients. Each checks its
-arguments first; ``function.unchecked`` is the plain body, for callers that checked them.
+arguments when a user calls it (the layers call them as they are).
 """
 
 from __future__ import annotations
@@ -133,8 +133,7 @@ def scaled_dot_product_attention(q, k, v, mask=None, *, bias=None, need_weights=
     float32 stays float32 and float64 stays float64; float16 is computed in float32 and the
     results cast back to float16. The steps of :func:`attention_steps` run in place, and on big
     problems in chunks of query rows on every core (the private ``_kernels.attention``; the
-    same result, tested). The layers, which check their own inputs, call
-    ``scaled_dot_product_attention.unchecked``.
+    same result, tested).
 
     Examples
     --------

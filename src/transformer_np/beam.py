@@ -140,7 +140,7 @@ def search(logits, advance, max_new_tokens, num_beams, length_penalty, early_sto
     for step in range(max_new_tokens):
         n = step + 1  # the length of the candidates
         # 1. Every continuation of every beam, scored by its summed log-probability.
-        logp = log_softmax.unchecked(logits.astype(np.float64))  # (R, V)
+        logp = log_softmax(logits.astype(np.float64))  # (R, V)
         if suppress is not None:
             logp[:, suppress] = -np.inf
         total = scores[:, None] + logp  # (R, V)

@@ -142,7 +142,7 @@ def _arrays_to_save(model, extra):
     return arrays
 
 
-@checked(check_save_model)
+@checked(check_save_model, every_call=True)
 def save_model(path, model, *, extra=None, overwrite=False):
     """Save a model's configuration and parameters to an ``.npz`` file (no pickle).
 

@@ -93,7 +93,7 @@ def clip_grad_norm(grads, max_norm):
     >>> clip_grad_norm(g, 1.0), g["w"].round(3).tolist()
     (5.0, [0.6, 0.8])
     """
-    norm = global_norm.unchecked(grads)
+    norm = global_norm(grads)
     if math.isfinite(norm) and norm > max_norm:
         scale = max_norm / (norm + 1e-6)
         for g in grads.values():

@@ -102,7 +102,7 @@ def generate(
     True
     """
     if num_beams > 1:  # the most probable sequence, not one token at a time
-        sequences, _ = beam_search.unchecked(
+        sequences, _ = beam_search(
             model,
             prompt,
             max_new_tokens,
@@ -114,7 +114,7 @@ def generate(
             use_cache=use_cache,
         )
         return sequences  # (1, T0 + L)
-    steps = stream.unchecked(
+    steps = stream(
         model,
         prompt,
         max_new_tokens,
@@ -170,9 +170,7 @@ def stream(
         cache = model.new_cache(size) if use_cache else None
         logits = next_logits(model, forward, context, kv_cache=cache)  # the prefill
         for step in range(max_new_tokens):
-            token = sample_next.unchecked(
-                logits, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng
-            )
+            token = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng)
             context = np.concatenate([context, token[:, None]], axis=1)  # (B, T + 1)
             yield token  # (B,)
             if step + 1 == max_new_tokens:
@@ -291,9 +289,7 @@ def translate(
             logits = next_logits(model, decode, new, memory, src_mask, kv_cache=cache)
             if pad is not None:  # padding is not a word: never generated
                 logits[:, pad] = -np.inf
-            token = sample_next.unchecked(
-                logits, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng
-            )
+            token = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng)
             if eos_id is not None:
                 token = np.where(done, fill, token)
                 done |= token == eos_id

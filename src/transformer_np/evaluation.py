@@ -150,7 +150,7 @@ def negative_log_likelihood(model, ids, window, stride):
             # 2. The rows that predict the tokens first .. end - 1, in float64.
             rows = logits[first - 1 - begin : end - 1 - begin].astype(np.float64)  # (n, V)
             # 3. The log-probability of each token that came, summed.
-            logp = log_softmax.unchecked(rows)  # (n, V)
+            logp = log_softmax(rows)  # (n, V)
             targets = ids[first:end]  # (n,)
             total -= float(logp[np.arange(targets.shape[0]), targets].sum())
             n_scored += targets.shape[0]

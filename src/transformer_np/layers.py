@@ -204,7 +204,7 @@ class LayerNorm(Module):
     def forward(self, x):
         """The normalisation of ``x`` (..., D) over its last axis, then ``gamma`` and ``beta``."""
         gamma, beta = self.params["gamma"], self.params["beta"]
-        y, x_hat, rstd = layer_norm.unchecked(x, gamma, beta, self.eps, with_stats=True)
+        y, x_hat, rstd = layer_norm(x, gamma, beta, self.eps, with_stats=True)
         self.cache = {"x_hat": x_hat, "rstd": rstd}
         return y
 

@@ -22,7 +22,7 @@ from collections.abc import ItemsView, Iterator, MutableMapping, ValuesView
 
 import numpy as np
 
-from ._checks.boundary import call_layer, check_construction
+from ._checks.boundary import call_layer, construct, entry_backward
 from ._checks.general import NotFiniteError, shape_str
 
 __all__ = ["Module", "NotFiniteError"]
@@ -117,7 +117,15 @@ class NestedValues(ValuesView):
             yield d[key]
 
 
-class Module:
+class LayerType(type):
+    """The type of every layer: building one checks its arguments first (``check_init``), once,
+    for the layer the user builds and not again for the sub-layers its ``__init__`` builds."""
+
+    def __call__(cls, *args, **kwargs):
+        return construct(cls, args, kwargs, super().__call__)
+
+
+class Module(metaclass=LayerType):
     """The base of every layer, block and model.
 
     A leaf layer (Linear, LayerNorm, ...) fills ``self.params`` with its arrays. A layer made
@@ -140,10 +148,10 @@ class Module:
     check_init = None  # of the constructor's arguments, run before __init__
     check_call = None  # of a call's arguments, run before forward
 
-    def __new__(cls, *args, **kwargs):
-        if args or kwargs:  # (copy and pickle make an instance without arguments)
-            check_construction(cls, args, kwargs)
-        return super().__new__(cls)
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "backward" in cls.__dict__:  # a user's call checks the gradient it passes, once
+            cls.backward = entry_backward(cls.backward)
 
     def __call__(self, *args, **kwargs):
         """``forward(*args, **kwargs)``, after the layer's ``check_call`` (the package's boundary).

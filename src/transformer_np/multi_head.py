@@ -232,12 +232,12 @@ class MultiHeadAttention(NamedMaps):
         x_kv = x_q if self_attention else x_kv
         start = 0 if kv_cache is None else kv_cache.length  # positions already cached
         # 1. projections, split into heads: (B, T, D) -> (B, H, T, Dh)
-        q = split_heads.unchecked(self.q.forward(x_q), H)
+        q = split_heads(self.q.forward(x_q), H)
         if kv_cache is not None and not self_attention and start:
             k, v = kv_cache.stored()  # cross-attention: the encoder's, projected once
         else:
-            k = split_heads.unchecked(self.k.forward(x_kv), Hkv)  # (B, S, D) -> (B, Hkv, S, Dh)
-            v = split_heads.unchecked(self.v.forward(x_kv), Hkv)
+            k = split_heads(self.k.forward(x_kv), Hkv)  # (B, S, D) -> (B, Hkv, S, Dh)
+            v = split_heads(self.v.forward(x_kv), Hkv)
             if self.rope_base is not None:  # 2. rotary positions, after the cached ones
                 q, k = self.rotate(q, start), self.rotate(k, start)
             if kv_cache is not None:  # (B, Hkv, S, Dh) -> (B, Hkv, start + S, Dh)
@@ -249,7 +249,7 @@ class MultiHeadAttention(NamedMaps):
         need_weights = kv_cache is None  # only a backward pass needs them
         ctx, weights = self.attend(q, k, v, mask, bias, need_weights)
         # 4. concatenate the heads and project: (B, H, T, Dh) -> (B, T, D)
-        out = self.o.forward(merge_heads.unchecked(ctx))
+        out = self.o.forward(merge_heads(ctx))
         self.cache = {"q": q, "k": k, "v": v, "weights": weights, "shape": (B, T, k.shape[2])}
         self.cache.update(self_attention=self_attention)
         return out, weights  # (B, T, D), (B, H, T, S)
@@ -261,16 +261,14 @@ class MultiHeadAttention(NamedMaps):
         """RoPE on x (B, heads, T, Dh): position start + t turned by its angles."""
         T = x.shape[2]
         cos, sin = rope_table(start + T, self.d_head, self.rope_base, x.dtype)
-        return apply_rope.unchecked(x, cos[start : start + T], sin[start : start + T])
+        return apply_rope(x, cos[start : start + T], sin[start : start + T])
 
     def attend(self, q, k, v, mask, bias, need_weights):
         """The attention of q (B, H, T, Dh) to k, v (B, Hkv, S, Dh); grouped when Hkv < H."""
         B, H, T, Dh = q.shape
         Hkv, S = k.shape[1], k.shape[2]
         if Hkv == H:
-            return scaled_dot_product_attention.unchecked(
-                q, k, v, mask, bias=bias, need_weights=need_weights
-            )
+            return scaled_dot_product_attention(q, k, v, mask, bias=bias, need_weights=need_weights)
         # the G = H / Hkv query heads of a group as the rows of one attention on its keys:
         # head h = g*G + j reads key/value head g; the keys are never copied G times
         G = H // Hkv
@@ -279,9 +277,7 @@ class MultiHeadAttention(NamedMaps):
             mask = np.broadcast_to(mask, (B, H, T, S)).reshape(B, Hkv, G * T, S)
         if bias is not None:
             bias = np.broadcast_to(bias, (B, H, T, S)).reshape(B, Hkv, G * T, S)
-        ctx, w = scaled_dot_product_attention.unchecked(
-            q, k, v, mask, bias=bias, need_weights=need_weights
-        )
+        ctx, w = scaled_dot_product_attention(q, k, v, mask, bias=bias, need_weights=need_weights)
         return ctx.reshape(B, H, T, Dh), None if w is None else w.reshape(B, H, T, S)
 
     # --8<-- [end:mha_grouped]
@@ -301,15 +297,15 @@ class MultiHeadAttention(NamedMaps):
         g = as_grad(grad_output, (T, self.d_model) if unbatched else (B, T, self.d_model),
                     c["q"].dtype).reshape(B, T, self.d_model)  # fmt: skip
         # 4. output projection, then the heads apart again: (B, T, D) -> (B, H, T, Dh)
-        dctx = split_heads.unchecked(self.o.backward(g), self.n_heads)
+        dctx = split_heads(self.o.backward(g), self.n_heads)
         # 3. attention in every head: dq (B, H, T, Dh), dk and dv (B, Hkv, S, Dh)
         dq, dk, dv = self.attend_backward(dctx, c["q"], c["k"], c["v"], c["weights"])
         if self.rope_base is not None:  # 2. rotary positions: the rotation back
             dq, dk = self.rotate_back(dq), self.rotate_back(dk)
         # 1. the heads merged, through the three projections
-        dx_q = self.q.backward(merge_heads.unchecked(dq))  # (B, T, D)
-        dx_k = self.k.backward(merge_heads.unchecked(dk))  # (B, S, D)
-        dx_kv = dx_k + self.v.backward(merge_heads.unchecked(dv))
+        dx_q = self.q.backward(merge_heads(dq))  # (B, T, D)
+        dx_k = self.k.backward(merge_heads(dk))  # (B, S, D)
+        dx_kv = dx_k + self.v.backward(merge_heads(dv))
         if c["self_attention"]:
             dx_q += dx_kv  # x is query, key and value at once: the three paths add up
             return dx_q[0] if unbatched else dx_q
@@ -320,18 +316,18 @@ class MultiHeadAttention(NamedMaps):
         """The backward of ``rotate(x, 0)`` on g (B, heads, T, Dh): the rotation back."""
         T = g.shape[2]
         cos, sin = rope_table(T, self.d_head, self.rope_base, g.dtype)
-        return apply_rope_backward.unchecked(g, cos[:T], sin[:T])
+        return apply_rope_backward(g, cos[:T], sin[:T])
 
     def attend_backward(self, dctx, q, k, v, weights):
         """The gradients of :meth:`attend`: dq (B, H, T, Dh), dk and dv (B, Hkv, S, Dh)."""
         B, H, T, Dh = q.shape
         Hkv, S = k.shape[1], k.shape[2]
         if Hkv == H:
-            return attention_backward.unchecked(dctx, q, k, v, weights)
+            return attention_backward(dctx, q, k, v, weights)
         # the rows of attend: the G query heads of a group as G*T rows on its keys, so that
         # dk = ds^T q and dv = w^T dctx sum over the G heads that read the same key and value
         G = H // Hkv
-        dq, dk, dv = attention_backward.unchecked(
+        dq, dk, dv = attention_backward(
             dctx.reshape(B, Hkv, G * T, Dh), q.reshape(B, Hkv, G * T, Dh), k, v,
             weights.reshape(B, Hkv, G * T, S),
         )  # fmt: skip

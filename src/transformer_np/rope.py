@@ -99,7 +99,7 @@ def apply_rope_backward(grad_output, cos, sin):
     angle, cos unchanged and sin negated. Pair (a, b) of the gradient becomes
     (a cos + b sin, b cos - a sin).
     """
-    return grad_output * cos - rotate_half.unchecked(grad_output) * sin  # (..., T, Dh)
+    return grad_output * cos - rotate_half(grad_output) * sin  # (..., T, Dh)
 
 
 # --8<-- [end:apply_rope_backward]

@@ -97,7 +97,7 @@ class SwiGLU(NamedMaps):
     def forward(self, x):
         """``(silu(x W_gate) * x W_up) W_down`` on a checked ``x`` (..., D)."""
         z = self.gate.forward(x)  # (..., D) -> (..., F)
-        gate = silu.unchecked(z)  # (..., F), each feature's gate
+        gate = silu(z)  # (..., F), each feature's gate
         up = self.up.forward(x)  # (..., D) -> (..., F), the values it lets through
         self.cache = {"z": z, "up": up}
         return self.down.forward(gate * up)  # (..., F) -> (..., D)

@@ -438,8 +438,8 @@ class ByteLevelBPE:
     @checked(check_chat)
     def chat_ids(self, messages, add_generation_prompt: bool = True) -> list[int]:
         """The token ids of the rendered chat prompt, ready for the model."""
-        prompt = ByteLevelBPE.apply_chat_template.unchecked(self, messages, add_generation_prompt)
-        return ByteLevelBPE.encode.unchecked(self, prompt)
+        prompt = self.apply_chat_template(messages, add_generation_prompt)
+        return self.encode(prompt)
 
 
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types in a GGUF file (1 is a normal token)

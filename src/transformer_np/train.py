@@ -210,7 +210,7 @@ def fit(
         for step in range(1, steps + 1):
             lr = optimizer.current_lr()
             try:
-                loss, norm = train_step.unchecked(
+                loss, norm = train_step(
                     model, batches(step), optimizer, loss_fn, clip_norm=clip_norm
                 )
             except TrainingDiverged as exc:

@@ -1,11 +1,13 @@
 """How the checks are applied: once, at the call a user makes.
 
-A layer's constructor runs its class's ``check_init`` first (:func:`check_construction`),
-and its ``__call__`` runs :func:`call_layer`: the class's ``check_call`` checks and prepares
-the arguments, ``forward`` computes, and the result comes back in the input's dtype. Inside
-the package, layers call each other's ``forward``, so nothing is checked twice. A public
-function gets the same through the :func:`checked` decorator; its plain body stays reachable
-as ``function.unchecked`` for the package's own callers.
+A public function is decorated with :func:`checked`; calling a layer, ``layer(x)``, runs
+:func:`call_layer`; building one, ``Layer(...)``, runs its class's ``check_init`` first
+(:func:`construct`); a layer's ``backward`` checks its incoming gradient (:func:`entry_backward`).
+Each of them marks the call as the user's entry (:mod:`.calls`): its checks run, then the maths,
+and whatever the maths calls in turn (other public functions, the layers it builds or runs, the
+backward of the layers below) runs as it is, under its one name. Nothing is checked twice, and
+no function has a second, unchecked name. What the user passed in to be called (a callback, a
+schedule) runs as the user's code again (:func:`.calls.user_code`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .calls import state
 from .general import NotFiniteError, all_finite, check_finite, shape_str
 
 
@@ -52,13 +55,37 @@ def to_compute(x: np.ndarray) -> np.ndarray:
 
 
 def call_layer(layer, *args, **kwargs):
-    """``layer(*args, **kwargs)``: check the arguments, run ``forward``, blame a bad parameter."""
+    """``layer(*args, **kwargs)``: check the arguments, run ``forward``, blame a bad parameter.
+
+    Called by the package's own maths (the model of a training step, say), the arguments are
+    not checked again: ``forward`` runs, and a parameter made NaN meanwhile is still named.
+    """
     check = type(layer).check_call
     if check is None:
         return layer.forward(*args, **kwargs)
-    prepared = check(layer, *args, **kwargs)
-    result = run_or_blame(layer, layer.forward, *prepared.args, **prepared.kwargs)
+    if state.inside:  # the arguments were checked; a bad parameter is still named
+        return run_or_blame(layer, layer.forward, *args, **kwargs)
+    state.inside = True
+    try:
+        prepared = check(layer, *args, **kwargs)
+        result = run_or_blame(layer, layer.forward, *prepared.args, **prepared.kwargs)
+    finally:
+        state.inside = False
     return prepared.finish(result)
+
+
+def construct(cls, args, kwargs, build):
+    """``build(*args, **kwargs)``, the construction of a layer ``cls``: when a user builds it,
+    its ``check_init`` runs first, and the sub-layers its ``__init__`` builds are not checked
+    again."""
+    if state.inside:
+        return build(*args, **kwargs)
+    state.inside = True
+    try:
+        check_construction(cls, args, kwargs)
+        return build(*args, **kwargs)
+    finally:
+        state.inside = False
 
 
 def check_construction(cls, args, kwargs) -> None:
@@ -74,6 +101,24 @@ def check_construction(cls, args, kwargs) -> None:
     arguments = dict(bound.arguments)
     arguments.pop(next(iter(arguments)))  # self
     check(**arguments)
+
+
+def entry_backward(backward):
+    """A layer's ``backward``: the first one of a backward pass (called by a user, or by a
+    training step) checks the gradient that enters the pass, the first gradient it reads
+    (:func:`.calls.incoming_gradient`); the backward of the layers below run as they are."""
+
+    @functools.wraps(backward)
+    def entry(self, *args, **kwargs):
+        if state.in_backward:
+            return backward(self, *args, **kwargs)
+        state.in_backward = state.gradient_to_check = True
+        try:
+            return backward(self, *args, **kwargs)
+        finally:
+            state.in_backward = state.gradient_to_check = False
+
+    return entry
 
 
 def run_or_blame(layer, compute, *args, **kwargs):
@@ -126,11 +171,13 @@ def leaf_parameters(layer) -> list:
     ]
 
 
-def checked(validator):
-    """Decorate a public function: ``validator`` checks its arguments before the body runs.
+def checked(validator, *, every_call=False):
+    """Decorate a public function: called by a user, ``validator`` checks its arguments first.
 
     The validator takes the function's arguments by name (defaults filled in) and returns them
-    checked, as a dict; the body then runs on them. The plain body is ``function.unchecked``.
+    checked, as a dict; the body then runs on them. Called by the package's own maths, the
+    function runs as it is: what the user's call checked is not checked again. A function that
+    writes a file checks at ``every_call``: what it saves is the state of the moment.
     """
 
     def decorate(function):
@@ -142,8 +189,7 @@ def checked(validator):
         defaults = {p.name: p.default for p in parameters if p.default is not p.empty}
         simple = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in parameters)
 
-        @functools.wraps(function)
-        def public(*args, **kwargs):
+        def arguments_of(args, kwargs) -> dict:
             if simple and len(args) <= len(positional):  # the common call, bound by hand
                 arguments = dict(defaults)
                 arguments.update(zip(positional, args, strict=False))
@@ -152,12 +198,38 @@ def checked(validator):
                 ):
                     arguments.update(kwargs)
                     if len(arguments) == len(names):  # nothing missing
-                        return function(**validator(**arguments))
+                        return arguments
             bound = signature.bind(*args, **kwargs)  # (Python's own message for a bad call)
             bound.apply_defaults()
-            return function(**validator(**bound.arguments))
+            return bound.arguments
 
-        public.unchecked = function
+        generator = inspect.isgeneratorfunction(function)
+
+        @functools.wraps(function)
+        def public(*args, **kwargs):
+            if state.inside and not every_call:  # the package's own call
+                return function(*args, **kwargs)
+            outer, state.inside = state.inside, True
+            try:
+                result = function(**validator(**arguments_of(args, kwargs)))
+            finally:
+                state.inside = outer
+            return steps_inside(result) if generator else result
+
         return public
 
     return decorate
+
+
+def steps_inside(steps):
+    """The items of the generator ``steps``, each computed as the package's own call (a user's
+    generator function runs its body when iterated, after the call that checked it)."""
+    while True:
+        state.inside = True
+        try:
+            item = next(steps)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            state.inside = False
+        yield item

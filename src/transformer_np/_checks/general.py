@@ -13,6 +13,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .calls import incoming_gradient
+
 __all__ = [
     "type_description",
     "is_positive",
@@ -321,8 +323,11 @@ def grad_arrays(grads, name="grads", *, in_place=False):
 def as_grad(grad_output, shape, dtype, name: str = "grad_output") -> np.ndarray:
     """``grad_output`` as a finite float array of the last output's ``shape``, in ``dtype``.
 
-    A NaN gradient would silently become NaN in every gradient below it.
+    A NaN gradient would silently become NaN in every gradient below it. Checked once, when a
+    user's ``backward`` reads it: the gradients the layers pass each other are taken as they are.
     """
+    if not incoming_gradient():
+        return grad_output
     g = np.asarray(grad_output)
     if g.dtype.kind != "f":
         raise TypeError(f"{name} must be a floating-point array, got dtype {g.dtype}")

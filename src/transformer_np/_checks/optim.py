@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from .calls import user_code
 from .general import (
     all_finite,
     as_typed_array,
@@ -63,7 +64,8 @@ def check_betas(betas) -> None:
 def lr_at_step(lr, step: int) -> float:
     """The learning rate ``lr`` (a number, or a schedule ``step -> lr``) at ``step``, checked."""
     if callable(lr):
-        return check_positive(lr(step), "lr", f" (returned by the schedule {lr!r} at step {step})")
+        rate = user_code(lr)(step)
+        return check_positive(rate, "lr", f" (returned by the schedule {lr!r} at step {step})")
     return check_positive(lr, "lr", LR_HINT)
 
 

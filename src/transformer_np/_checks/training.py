@@ -15,7 +15,9 @@ import numpy as np
 from ..losses import CrossEntropyLoss
 from ..optim import Adam
 from .boundary import NotFiniteError
+from .calls import user_code
 from .general import (
+    as_typed_array,
     check_bool,
     check_integer,
     check_positive_float,
@@ -23,6 +25,7 @@ from .general import (
     check_real,
     is_positive,
     real_scalar,
+    shape_str,
     type_description,
 )
 
@@ -107,8 +110,10 @@ def check_clip_norm(clip_norm) -> float | None:
     )
 
 
-def check_batch(model, batch) -> tuple:
-    """``(*inputs, targets)``, checked against what ``model`` takes."""
+def check_batch(model, batch, loss_fn) -> tuple:
+    """``(*inputs, targets)``, checked against what ``model`` takes: the inputs as a call of the
+    model checks them, the targets as ids of its vocabulary (or ``loss_fn.ignore_index``) of the
+    inputs' shape. The step's own calls of the model and the loss then check nothing again."""
     from ..model import Transformer
 
     n_inputs = 2 if isinstance(model, Transformer) else 1
@@ -124,7 +129,32 @@ def check_batch(model, batch) -> tuple:
             f"batch for a {type(model).__name__} must have {n_inputs + 1} elements {form}, "
             f"got {len(batch)}"
         )
-    return tuple(batch)
+    *inputs, targets = batch
+    inputs = type(model).check_call(model, *inputs).args
+    cfg = model.config
+    vocab = cfg.tgt_vocab_size if n_inputs == 2 else cfg.vocab_size
+    name = "tgt_out" if n_inputs == 2 else "next_ids"
+    return (*inputs, check_targets(targets, name, inputs[-1].shape, vocab, loss_fn))
+
+
+def check_targets(targets, name: str, shape: tuple, vocab: int, loss_fn) -> np.ndarray:
+    """The targets of a batch: integer ids in [0, vocab) (or the loss's ``ignore_index``), of the
+    inputs' ``shape``."""
+    targets = as_typed_array(targets, name, "iu", "an array of integer token ids")
+    if targets.shape != shape:
+        raise ValueError(
+            f"{name} must have the shape of the inputs {shape_str(shape)} (one target per "
+            f"position), got {shape_str(targets.shape)}"
+        )
+    ignore = getattr(loss_fn, "ignore_index", None)
+    valid = targets if ignore is None else targets[targets != ignore]
+    if valid.size and (valid.min() < 0 or valid.max() >= vocab):
+        bad = valid[(valid < 0) | (valid >= vocab)]
+        raise ValueError(
+            f"{name} must be class ids in [0, {vocab}) (or ignore_index={ignore}), "
+            f"got {bad.ravel()[:5].tolist()}"
+        )
+    return targets
 
 
 def check_loss_value(loss, loss_fn) -> float:
@@ -154,7 +184,7 @@ def check_train_step(model, batch, optimizer, loss_fn, clip_norm) -> dict:
     check_optimizer(model, optimizer)
     return {
         "model": model,
-        "batch": check_batch(model, batch),
+        "batch": check_batch(model, batch, loss_fn),
         "optimizer": optimizer,
         "loss_fn": loss_fn,
         "clip_norm": clip_norm,
@@ -203,11 +233,12 @@ def check_metrics(metrics) -> None:
         )
 
 
-def batch_getter(batches, steps: int, model):
+def batch_getter(batches, steps: int, model, loss_fn):
     """``batches`` as a function ``step -> batch`` (an iterable is read one batch per step),
     each batch checked against ``model``."""
     if callable(batches):
-        return lambda step: check_batch(model, batches(step))
+        batches = user_code(batches)
+        return lambda step: check_batch(model, batches(step), loss_fn)
     try:
         iterator = iter(batches)
     except TypeError as exc:
@@ -216,9 +247,10 @@ def batch_getter(batches, steps: int, model):
             f"got {type(batches).__name__}"
         ) from exc
 
+    @user_code
     def next_batch(step):
         try:
-            return check_batch(model, next(iterator))
+            return check_batch(model, next(iterator), loss_fn)
         except StopIteration:
             raise ValueError(
                 f"batches ran out after {step - 1} batch(es), but steps={steps} asks for "
@@ -252,7 +284,7 @@ def check_fit(model, batches, steps, optimizer, loss_fn, clip_norm, eval_fn, eva
     progress = check_bool(progress, "progress")
     stream = check_stream(stream)
     single_blas_thread = check_bool(single_blas_thread, "single_blas_thread")
-    batches = batch_getter(batches, steps, model)
+    batches = batch_getter(batches, steps, model, loss_fn)
     return {
         "model": model,
         "batches": batches,
@@ -260,9 +292,9 @@ def check_fit(model, batches, steps, optimizer, loss_fn, clip_norm, eval_fn, eva
         "optimizer": optimizer,
         "loss_fn": loss_fn,
         "clip_norm": clip_norm,
-        "eval_fn": eval_fn,
+        "eval_fn": user_code(eval_fn),
         "eval_every": eval_every,
-        "callback": callback,
+        "callback": user_code(callback),
         "time_limit": time_limit,
         "checkpoint": checkpoint,
         "overwrite_checkpoint": overwrite_checkpoint,

@@ -27,6 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from threadpoolctl import ThreadpoolController
 
+from .._checks.calls import state as calls
+
 __all__ = [
     "blas_single_threaded",
     "for_each_group",
@@ -78,14 +80,15 @@ def _get_pool(size: int) -> ThreadPoolExecutor:
 
 
 def _run_share(fn: Callable, share: Sequence) -> None:
-    """Run ``fn`` on each piece of ``share``, marking this thread as busy (no nested pools)."""
-    outer = getattr(_state, "inside", False)
-    _state.inside = True
+    """Run ``fn`` on each piece of ``share``, marking this thread as busy (no nested pools) and
+    as running the package's own maths (what a piece calls is not checked again)."""
+    outer, checked = getattr(_state, "inside", False), calls.inside
+    _state.inside = calls.inside = True
     try:
         for piece in share:
             fn(piece)
     finally:
-        _state.inside = outer
+        _state.inside, calls.inside = outer, checked
 
 
 def parallel_for(

@@ -228,7 +228,7 @@ class MiniLM:
         """
         # Tokenise once: every row is padded (on the right) to the longest sentence of the list,
         # and each batch is then cut to the longest sentence of that batch.
-        all_ids, all_mask = MiniLM.tokenize.unchecked(self, sentences)  # (n, T_max)
+        all_ids, all_mask = self.tokenize(sentences)  # (n, T_max)
         lengths = all_mask.sum(axis=1)  # (n,)
         order = np.argsort(-lengths, kind="stable")  # longest first
         out = np.empty((len(sentences), self.config.d_model), dtype=self.dtype)
@@ -236,8 +236,8 @@ class MiniLM:
         def embed(idx):  # the sentences idx: one forward pass, then the pooling
             T = int(lengths[idx].max())
             ids, mask = all_ids[idx, :T], all_mask[idx, :T]  # (B, T)
-            hidden = MiniLM.forward.unchecked(self, ids, mask)  # (B, T, D)
-            out[idx] = MiniLM.pool.unchecked(self, hidden, mask)  # (B, D)
+            hidden = self.forward(ids, mask)  # (B, T, D)
+            out[idx] = self.pool(hidden, mask)  # (B, D)
 
         for start in range(0, len(sentences), batch_size):
             # the batch's sentences in a few groups, one forward pass each, on every core
@@ -281,8 +281,8 @@ class MiniLM:
         tokens : list of str
             The T word pieces, ``[CLS]`` and ``[SEP]`` included.
         """
-        ids, mask = MiniLM.tokenize.unchecked(self, [sentence])
-        _, attentions = MiniLM.forward.unchecked(self, ids, mask, return_attentions=True)
+        ids, mask = self.tokenize([sentence])
+        _, attentions = self.forward(ids, mask, return_attentions=True)
         weights = np.stack([a[0] for a in attentions])  # L x (H, T, T) -> (L, H, T, T)
         return weights, self.tokenizer.encode(sentence).tokens
 
