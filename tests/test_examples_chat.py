@@ -225,7 +225,8 @@ def test_an_adapter_that_is_not_there_is_a_usage_error_before_any_loading(
 @needs_model
 def test_the_adapter_changes_the_answer_as_the_adapted_model_does(tmp_path, monkeypatch, capsys):
     from transformer_np import LlamaConfig, LlamaModel
-    from transformer_np.lora import add_lora, load_lora, lora_params, save_lora
+    from transformer_np.lora import add_lora, lora_params
+    from transformer_np.lora_files import load_lora, save_lora
     from transformer_np.pretrained import load_smollm2_tokenizer
 
     cfg = LlamaConfig(vocab_size=chat.VOCAB_SIZE, d_model=32, n_layers=2, n_heads=4,

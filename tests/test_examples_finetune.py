@@ -150,7 +150,7 @@ def test_accumulated_gradients_equal_those_of_one_batch():
 
 @needs_model
 def test_a_short_run_lowers_the_loss_and_saves_an_adapter_that_loads_back(tokenizer, tmp_path):
-    from transformer_np.lora import load_lora
+    from transformer_np.lora_files import load_lora
 
     pairs = ft.load_pairs("train")[:2]
     model = tiny_model()

@@ -25,19 +25,9 @@ from transformer_np import (
     cross_entropy,
     generate,
 )
-from transformer_np.lora import (
-    ADAPTER_CONFIG,
-    ADAPTER_WEIGHTS,
-    LoRALinear,
-    add_lora,
-    load_lora,
-    lora_layers,
-    lora_params,
-    merge_lora,
-    peft_path,
-    save_lora,
-    unmerge_lora,
-)
+from transformer_np._peft import lora_layers, peft_path
+from transformer_np.lora import LoRALinear, add_lora, lora_params, merge_lora, unmerge_lora
+from transformer_np.lora_files import ADAPTER_CONFIG, ADAPTER_WEIGHTS, load_lora, save_lora
 
 from helpers import (
     FD_TOL,

@@ -363,12 +363,16 @@ def test_smollm2_reads_the_files_vocabulary_merges_and_special_tokens(smol):
 
 
 @needs_smollm2
-def test_smollm2_from_a_path_equals_from_the_read_file(smol):
+def test_smollm2_from_a_path_is_refused_with_the_two_ways_to_read_it(smol):
+    from transformer_np.pretrained import load_smollm2_tokenizer
     from transformer_np.pretrained.gguf import find_smollm2_file
 
-    again = ByteLevelBPE.from_gguf(find_smollm2_file())
+    path = find_smollm2_file()
+    with pytest.raises(TypeError, match=r"read_gguf\(path\).*load_smollm2_tokenizer\(path\)"):
+        ByteLevelBPE.from_gguf(path)
+    again = load_smollm2_tokenizer(path)
     assert again.vocab == smol.vocab and again.merges == smol.merges
-    with pytest.raises(TypeError, match="gguf must be a path .* or a GGUFFile, got int"):
+    with pytest.raises(TypeError, match="gguf must be a GGUF file as read by read_gguf.*got int"):
         ByteLevelBPE.from_gguf(5)
 
 

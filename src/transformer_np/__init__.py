@@ -21,7 +21,8 @@ The public API, re-exported from the modules that define it:
 * :mod:`~transformer_np.swiglu` -- SwiGLU, silu
 * :mod:`~transformer_np.llama` -- LlamaBlock, LlamaModel (a modern decoder-only model)
 * :mod:`~transformer_np.model` -- Transformer, LanguageModel
-* :mod:`~transformer_np.lora` -- LoRALinear, add_lora, merge_lora, save_lora, load_lora (LoRA)
+* :mod:`~transformer_np.lora` -- LoRALinear, add_lora, lora_params, merge_lora, unmerge_lora (LoRA)
+* :mod:`~transformer_np.lora_files` -- save_lora, load_lora (LoRA adapters in PEFT's files)
 * :mod:`~transformer_np.losses` -- cross_entropy, CrossEntropyLoss
 * :mod:`~transformer_np.optim` -- Adam
 * :mod:`~transformer_np.clipping` -- clip_grad_norm
@@ -50,7 +51,8 @@ from .feed_forward import FeedForward
 from .functional import erf, gelu, layer_norm, log_softmax, relu, softmax
 from .layers import Dropout, LayerNorm, Linear
 from .llama import LlamaBlock, LlamaModel
-from .lora import LoRALinear, add_lora, load_lora, lora_params, merge_lora, save_lora, unmerge_lora
+from .lora import LoRALinear, add_lora, lora_params, merge_lora, unmerge_lora
+from .lora_files import load_lora, save_lora
 from .losses import CrossEntropyLoss, cross_entropy
 from .masks import causal_mask, padding_mask
 from .model import LanguageModel, Transformer

@@ -1,4 +1,4 @@
-r"""LoRA: low-rank adapters on frozen Linear maps (Hu et al. 2021), saved as PEFT saves them.
+r"""LoRA: low-rank adapters on frozen Linear maps (Hu et al. 2021).
 
 Fine-tuning every weight of a model needs a gradient and two Adam moments per weight. LoRA
 freezes the weights ``W`` (d_in, d_out) of a few Linear maps and learns a change of low rank r
@@ -15,9 +15,7 @@ change can be merged into W for inference (:func:`merge_lora`), and taken out ag
 * :class:`LoRALinear`: a Linear with its adapter (two Linear maps, A and B);
 * :func:`add_lora`: freeze a model and put adapters on the maps named by ``targets``;
 * :func:`lora_params`: the adapters' matrices, to give to an optimiser;
-* :func:`save_lora`, :func:`load_lora`: the adapters alone, in the files of PEFT's
-  ``save_pretrained`` (``adapter_model.safetensors``, ``adapter_config.json``), readable by
-  ``PeftModel.from_pretrained`` on transformers' ``LlamaForCausalLM``.
+* saving and loading them in PEFT's files: :mod:`transformer_np.lora_files`.
 
 The weights are in the package's convention, ``x @ W`` with W (d_in, d_out): the matrix of the
 Linear ``lora_A`` is (d_in, r), the transpose of PEFT's ``lora_A.weight`` (r, d_in), and that of
@@ -28,8 +26,6 @@ Shape glossary: N rows (the leading axes flattened), r the rank.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 
 import numpy as np
@@ -38,32 +34,18 @@ from ._checks.boundary import checked
 from ._checks.general import as_grad
 from ._checks.lora import (
     check_add_lora,
-    check_load_lora,
     check_lora_call,
     check_lora_init,
     check_lora_params,
     check_merge_lora,
-    check_save_lora,
     check_unmerge_lora,
-    read_peft_adapter,
 )
-from ._peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS, PREFIX, lora_layers, peft_path
-from .checkpoints import write_atomically
+from ._peft import lora_layers, peft_path
 from .layers import Dropout, Linear
 from .llama import LlamaModel
 from .module import Module
 
-__all__ = [
-    "ADAPTER_CONFIG",
-    "ADAPTER_WEIGHTS",
-    "LoRALinear",
-    "add_lora",
-    "load_lora",
-    "lora_params",
-    "merge_lora",
-    "save_lora",
-    "unmerge_lora",
-]
+__all__ = ["LoRALinear", "add_lora", "lora_params", "merge_lora", "unmerge_lora"]
 
 
 class LoRALinear(Module):
@@ -341,134 +323,4 @@ def unmerge_lora(model):
     """
     for layer in lora_layers(model).values():
         layer.unmerge()
-    return model
-
-
-# --------------------------------------------------------------------------------------------
-# the files of PEFT
-# --------------------------------------------------------------------------------------------
-
-
-def peft_config(model, layers, base_model):
-    """The ``adapter_config.json`` of PEFT's LoRA for ``layers`` ({path: LoRALinear})."""
-    first = next(iter(layers.values()))
-    paths = [peft_path(p) for p in layers]
-    short = sorted({p.rsplit(".", 1)[1] for p in paths})
-    every = [peft_path(p) for p, m in model.named_modules() if peft_path(p)]
-    # the short names if they select exactly these maps, else the whole names
-    exact = sorted(paths) == sorted(p for p in every if p.rsplit(".", 1)[1] in short)
-    alpha = int(first.alpha) if first.alpha.is_integer() else first.alpha
-    return {
-        "alpha_pattern": {},
-        "base_model_name_or_path": base_model,
-        "bias": "none",
-        "fan_in_fan_out": False,
-        "inference_mode": True,
-        "init_lora_weights": True,
-        "layers_pattern": None,
-        "layers_to_transform": None,
-        "lora_alpha": alpha,
-        "lora_dropout": first.dropout.p,
-        "modules_to_save": None,
-        "peft_type": "LORA",
-        "r": first.r,
-        "rank_pattern": {},
-        "revision": None,
-        "target_modules": short if exact else sorted(paths),
-        "task_type": "CAUSAL_LM",
-        "use_dora": False,
-        "use_rslora": False,
-    }
-
-
-@checked(check_save_lora)
-def save_lora(folder, model, *, base_model=None, overwrite=False):
-    """Save the adapters alone, in the two files of PEFT's ``save_pretrained``.
-
-    ``folder/adapter_model.safetensors`` holds, for each adapted map, ``lora_A.weight`` (r, d_in)
-    and ``lora_B.weight`` (d_out, r) in PyTorch's convention under transformers' names
-    (``base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight``), and
-    ``folder/adapter_config.json`` the configuration (``r``, ``lora_alpha``,
-    ``target_modules``, ``peft_type`` "LORA", ``task_type`` "CAUSAL_LM", ...). PEFT's
-    ``PeftModel.from_pretrained(hf_model, folder)`` reads them; so does :func:`load_lora`.
-
-    Parameters
-    ----------
-    folder : str or path-like
-        The folder of the two files; created if missing (its parent must exist).
-    model : LlamaModel
-        With adapters (:func:`add_lora`), merged or not; one r, alpha and dropout for all.
-    base_model : str, optional
-        The name of the base model recorded in the configuration
-        (``base_model_name_or_path``), such as ``"HuggingFaceTB/SmolLM2-135M-Instruct"``.
-    overwrite : bool, default False
-        Whether the two files may replace files already in ``folder``. Each file is written in
-        one step (never half a file); nothing else in ``folder`` is touched.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If ``model`` is not a LlamaModel with adapters of one r, alpha and dropout, an adapter
-        holds NaN or inf, or ``base_model`` is not a str.
-    FileExistsError
-        If one of the files exists and ``overwrite`` is False (checked before anything is
-        written).
-    FileNotFoundError, NotADirectoryError
-        If the parent of ``folder`` does not exist, or ``folder`` is a file.
-    """
-    from safetensors.numpy import save
-
-    layers = lora_layers(model)
-    tensors = {}
-    for path, layer in layers.items():
-        key = PREFIX + peft_path(path)
-        # ours x @ W, PyTorch's x @ weight.T: weight = W.T
-        tensors[f"{key}.lora_A.weight"] = np.ascontiguousarray(layer.lora_A.params["W"].T)
-        tensors[f"{key}.lora_B.weight"] = np.ascontiguousarray(layer.lora_B.params["W"].T)
-    config = json.dumps(peft_config(model, layers, base_model), indent=2, sort_keys=True)
-    os.makedirs(folder, exist_ok=True)
-    weights, config = save(tensors, {"format": "pt"}), (config + "\n").encode()
-    write_atomically(
-        os.path.join(folder, ADAPTER_WEIGHTS), lambda f: f.write(weights), overwrite, "adapter"
-    )
-    write_atomically(
-        os.path.join(folder, ADAPTER_CONFIG), lambda f: f.write(config), overwrite, "adapter"
-    )
-
-
-@checked(check_load_lora)
-def load_lora(folder, model):
-    """Put on ``model`` the adapters of ``folder``, written by :func:`save_lora` or by PEFT.
-
-    Parameters
-    ----------
-    folder : str or path-like
-        A folder with ``adapter_config.json`` and ``adapter_model.safetensors`` (PEFT's
-        ``save_pretrained`` of a LoRA adapter on a LLaMA model).
-    model : LlamaModel
-        The base model, without adapters; changed in place.
-
-    Returns
-    -------
-    LlamaModel
-        ``model``, frozen, with a :class:`LoRALinear` on every map the file adapts, holding the
-        file's matrices (in the model's dtype). The model is unchanged if the files are not
-        read: everything is checked first.
-
-    Raises
-    ------
-    FileNotFoundError, NotADirectoryError
-        If ``folder`` or one of its two files is missing.
-    ValueError
-        If a file is not what PEFT writes (not JSON, not safetensors), the adapter is not a
-        plain LoRA (DoRA, rsLoRA, per-module ranks, biases...) or does not fit the model (a
-        name, a shape, NaN or inf). The message names the file.
-    """
-    r, alpha, dropout, weights = read_peft_adapter(folder, model)  # {path: (A, B)}, checked
-    found = {p: m for p, m in model.named_modules() if p in weights}
-    adapt(model, found, r, alpha, dropout, rng=0)
-    for path, layer in lora_layers(model).items():
-        A, B = weights[path]  # PyTorch's (r, d_in) and (d_out, r)
-        layer.lora_A.params["W"][...] = A.T
-        layer.lora_B.params["W"][...] = B.T
     return model

@@ -374,8 +374,8 @@ class ByteLevelBPE:
 
         Parameters
         ----------
-        gguf : str, pathlib.Path or GGUFFile
-            The file, or the file as read by :func:`transformer_np.pretrained.gguf.read_gguf`.
+        gguf : GGUFFile
+            The file as read by :func:`transformer_np.pretrained.gguf.read_gguf`.
 
         Returns
         -------

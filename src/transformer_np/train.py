@@ -33,6 +33,7 @@ from ._checks.training import (
 from ._kernels.threads import blas_single_threaded
 from .checkpoints import save_model
 from .clipping import clip_grad_norm, global_norm
+from .losses import CrossEntropyLoss
 
 __all__ = ["TrainingDiverged", "fit", "train_step"]
 
@@ -86,6 +87,7 @@ def train_step(model, batch, optimizer, loss_fn=None, *, clip_norm=1.0):
     True
     """
     *inputs, targets = batch
+    loss_fn = CrossEntropyLoss() if loss_fn is None else loss_fn
     with divergence_reported():
         logits = model(*inputs)  # 1. forward: (B, T, V)
         loss = check_loss_value(loss_fn(logits, targets), loss_fn)  # 2. loss

@@ -15,8 +15,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..model import LanguageModel, Transformer
-from .general import check_bool, type_name
+from .general import check_bool, is_a, type_name
 
 # -- paths ----------------------------------------------------------------------------------------
 
@@ -35,6 +34,14 @@ def as_path_text(path, argument):
             f"got {type_name(path)}"
         )
     return text
+
+
+class ModelFileError(FileNotFoundError):
+    """A model file is missing, unreadable or not what the model expects.
+
+    The message names the file and says how to install it. It subclasses
+    ``FileNotFoundError`` so that ``except OSError`` catches it too.
+    """
 
 
 def check_save_path(path, overwrite, argument, overwrite_option):
@@ -103,7 +110,7 @@ def check_load_path(path):
 
 def check_save_model(path, model, extra, overwrite):
     """The model, its parameters all finite, the extra arrays, then the destination."""
-    if not isinstance(model, Transformer | LanguageModel):
+    if not is_a(model, "Transformer", "LanguageModel"):
         raise TypeError(
             f"model must be a Transformer or a LanguageModel, got {type(model).__name__}"
         )

@@ -320,6 +320,15 @@ def grad_arrays(grads, name="grads", *, in_place=False):
     return arrays
 
 
+def is_a(obj, *names: str) -> bool:
+    """Whether ``obj`` is an instance of a class named one of ``names``, or of a subclass of one.
+
+    The checks test the package's own classes by name: they import none of them, and the
+    package's modules can import the checks.
+    """
+    return any(c.__name__ in names for c in type(obj).__mro__)
+
+
 def as_grad(grad_output, shape, dtype, name: str = "grad_output") -> np.ndarray:
     """``grad_output`` as a finite float array of the last output's ``shape``, in ``dtype``.
 

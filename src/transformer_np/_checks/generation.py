@@ -13,7 +13,6 @@ import os
 
 import numpy as np
 
-from ..config import LanguageModelConfig, LlamaConfig, TransformerConfig
 from .general import (
     as_float_array,
     check_bool,
@@ -21,6 +20,7 @@ from .general import (
     check_ndim,
     check_positive_int,
     check_rng,
+    is_a,
     shape_str,
 )
 from .models import check_ids
@@ -31,7 +31,7 @@ from .models import check_ids
 def check_decoder_only(model):
     """The configuration of a LanguageModel or a LlamaModel, else a TypeError."""
     cfg = getattr(model, "config", None)
-    if not isinstance(cfg, LanguageModelConfig | LlamaConfig):
+    if not is_a(cfg, "LanguageModelConfig", "LlamaConfig"):
         raise TypeError(
             f"model must be a LanguageModel or a LlamaModel (a decoder-only model), "
             f"got {type(model).__name__}"
@@ -249,7 +249,7 @@ def check_translate(
     length_penalty, early_stopping, penalty,
 ):  # fmt: skip
     cfg = getattr(model, "config", None)
-    if not isinstance(cfg, TransformerConfig):
+    if not is_a(cfg, "TransformerConfig"):
         raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
     n_new = check_positive_int(max_len, "max_len")
     if n_new > cfg.max_len:  # the decoder reads BOS + the first max_len - 1 tokens

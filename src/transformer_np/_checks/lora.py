@@ -1,6 +1,5 @@
-"""The validators of :mod:`transformer_np.lora`: the adapter layer, add_lora and the functions
-of an adapted model, and the files of PEFT (``adapter_config.json``,
-``adapter_model.safetensors``), read here and checked against the model before it changes.
+"""The validators of :mod:`transformer_np.lora` (the adapter layer, add_lora and the functions
+of an adapted model) and of :mod:`transformer_np.lora_files` (the folder of PEFT's files).
 
 A wrong file is a ValueError that names the file and what in it does not fit; a path that is
 not there is a FileNotFoundError; nothing a user owns is overwritten without ``overwrite=True``.
@@ -8,24 +7,17 @@ not there is a FileNotFoundError; nothing a user owns is overwritten without ``o
 
 from __future__ import annotations
 
-import json
 import os
-import re
 
-import numpy as np
-
-from .._peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS, PREFIX, lora_layers, peft_path
-from ..layers import Linear
-from ..llama import LlamaModel
-from ..module import Module
+from .._peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS, lora_layers
 from .files import as_path_text
 from .general import (
     check_bool,
     check_finite,
-    check_integer,
     check_positive,
     check_positive_int,
     check_rng,
+    is_a,
     type_name,
 )
 from .layers import check_probability, features_call
@@ -34,7 +26,7 @@ from .layers import check_probability, features_call
 
 
 def check_lora_init(base, r, alpha, dropout, rng):
-    if type(base) is not Linear:
+    if type(base).__name__ != "Linear":  # exactly a Linear (not an adapted one)
         raise TypeError(f"base must be a Linear (the map to adapt), got {type_name(base)}")
     check_positive_int(r, "r")
     check_positive(alpha, "alpha")
@@ -51,7 +43,7 @@ def check_lora_call(layer, x):
 
 def check_model(model):
     """``model`` is a layer with sub-layers (what adapters can be put in)."""
-    if not isinstance(model, Module) or not model.children():
+    if not is_a(model, "Module") or not model.children():
         raise TypeError(
             "model must be a model or a layer with sub-layers (a transformer_np Module such as "
             f"LlamaModel), got {type_name(model)}"
@@ -138,7 +130,7 @@ def check_unmerge_lora(model):
 
 
 def check_llama(model, function):
-    if not isinstance(model, LlamaModel):
+    if not is_a(model, "LlamaModel"):
         raise TypeError(
             f"{function}: model must be a LlamaModel (PEFT's layout names the maps of "
             f"transformers' LlamaForCausalLM), got {type_name(model)}"
@@ -201,101 +193,3 @@ def check_load_lora(folder, model):
                 f"{ADAPTER_CONFIG} and {ADAPTER_WEIGHTS} (PEFT's save_pretrained)"
             )
     return {"folder": text, "model": model}
-
-
-# what the configuration must say for the adapter to be a plain LoRA: key -> the plain value
-PLAIN = {
-    "use_dora": False,
-    "use_rslora": False,
-    "fan_in_fan_out": False,
-    "lora_bias": False,
-    "bias": "none",
-    "rank_pattern": {},
-    "alpha_pattern": {},
-    "modules_to_save": None,
-}
-
-
-def read_config(path):
-    """r, alpha and dropout of a plain LoRA ``adapter_config.json``."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            config = json.load(file)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path!r} is not an adapter configuration: not JSON ({exc})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{path!r} must hold a JSON object, got a {type(config).__name__}")
-    if config.get("peft_type") != "LORA":
-        raise ValueError(
-            f"{path!r}: peft_type is {config.get('peft_type')!r}: only LoRA adapters ('LORA') "
-            "are read"
-        )
-    for key, plain in PLAIN.items():
-        value = config.get(key, plain)
-        if value != plain and not (value is None and plain in ({}, False)):
-            raise ValueError(
-                f"{path!r}: {key} = {value!r}: only plain LoRA adapters are read ({key} = "
-                f"{plain!r})"
-            )
-    try:
-        r = check_integer(config.get("r"), f"{path!r}: r", 1, "an integer >= 1")
-        alpha = check_positive(config.get("lora_alpha"), f"{path!r}: lora_alpha")
-        dropout = check_probability(config.get("lora_dropout", 0.0), f"{path!r}: lora_dropout")
-    except TypeError as exc:
-        raise ValueError(str(exc)) from None
-    return r, alpha, dropout
-
-
-def read_tensors(path):
-    """The arrays of a safetensors file, or a ValueError naming it."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
-    try:
-        return load_file(path)
-    except (SafetensorError, OSError, ValueError, TypeError) as exc:
-        raise ValueError(
-            f"{path!r} is not a safetensors file of arrays NumPy can read ({exc})"
-        ) from None
-
-
-def read_peft_adapter(folder, model):
-    """r, alpha, dropout and ``{our path: (A (r, d_in), B (d_out, r))}`` of the adapter in
-    ``folder``, every name, shape and value checked against ``model``, in its dtype."""
-    r, alpha, dropout = read_config(os.path.join(folder, ADAPTER_CONFIG))
-    path = os.path.join(folder, ADAPTER_WEIGHTS)
-    tensors = read_tensors(path)
-    linears = {p: m for p, m in model.named_modules() if type(m) is Linear}
-    ours = {peft_path(p): p for p in linears if peft_path(p)}  # transformers' -> ours
-    pairs = {}
-    for key, value in tensors.items():
-        m = re.fullmatch(re.escape(PREFIX) + r"(.+)\.lora_([AB])\.weight", key)
-        if m is None or m[1] not in ours:
-            raise ValueError(
-                f"{path!r}: the tensor {key!r} is not a LoRA matrix of a map of this "
-                f"LlamaModel ({model.config.n_layers} layers), named as PEFT names them "
-                f"('{PREFIX}model.layers.0.self_attn.q_proj.lora_A.weight')"
-            )
-        pairs.setdefault(ours[m[1]], {})[m[2]] = value
-    if not pairs:
-        raise ValueError(f"{path!r} holds no LoRA matrices")
-    weights = {}
-    for p in linears:  # in the model's order
-        if p not in pairs:
-            continue
-        if set(pairs[p]) != {"A", "B"}:
-            raise ValueError(f"{path!r}: {peft_path(p)} has lora_A or lora_B, not both")
-        lin, (A, B) = linears[p], (pairs[p]["A"], pairs[p]["B"])
-        if A.shape != (r, lin.d_in) or B.shape != (lin.d_out, r):
-            raise ValueError(
-                f"{path!r}: {peft_path(p)} has lora_A {A.shape} and lora_B {B.shape}; this "
-                f"model with r = {r} needs {(r, lin.d_in)} and {(lin.d_out, r)}"
-            )
-        dtype = lin.params["W"].dtype
-        for name, w in (("lora_A", A), ("lora_B", B)):
-            if w.dtype.kind != "f":
-                raise ValueError(f"{path!r}: {peft_path(p)}.{name} has dtype {w.dtype}")
-            with np.errstate(over="ignore"):  # (too large for float32: inf, reported)
-                check_finite(w.astype(dtype), f"{path!r}: {peft_path(p)}.{name} (in {dtype})")
-        weights[p] = (A.astype(dtype), B.astype(dtype))
-    return r, alpha, dropout, weights

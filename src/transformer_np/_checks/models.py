@@ -19,6 +19,7 @@ from .general import (
     check_positive_float,
     check_positive_int,
     check_rng,
+    is_a,
     shape_str,
 )
 
@@ -311,9 +312,9 @@ def check_id_range(arr, name, vocab_size):
     return arr
 
 
-def check_config(config, cls):
-    if not isinstance(config, cls):
-        raise TypeError(f"config must be a {cls.__name__}, got {type(config).__name__}")
+def check_config(config, name: str):
+    if not is_a(config, name):
+        raise TypeError(f"config must be a {name}, got {type(config).__name__}")
 
 
 def physical_memory() -> int:
@@ -341,9 +342,7 @@ def block_parameters(d, d_ff, cross=False):
 
 
 def check_transformer_init(config, rng):
-    from ..config import TransformerConfig
-
-    check_config(config, TransformerConfig)
+    check_config(config, "TransformerConfig")
     check_rng(rng)
     c = config
     n = (c.src_vocab_size + 2 * c.tgt_vocab_size) * c.d_model
@@ -353,9 +352,7 @@ def check_transformer_init(config, rng):
 
 
 def check_language_model_init(config, rng):
-    from ..config import LanguageModelConfig
-
-    check_config(config, LanguageModelConfig)
+    check_config(config, "LanguageModelConfig")
     check_rng(rng)
     c = config
     n = c.vocab_size * c.d_model * (1 if c.tie_embeddings else 2)
@@ -432,9 +429,7 @@ def check_llama_block_init(d_model, n_heads, d_ff, n_kv_heads, rope_base, eps, r
 
 
 def check_llama_init(config, rng, init):
-    from ..config import LlamaConfig
-
-    check_config(config, LlamaConfig)
+    check_config(config, "LlamaConfig")
     check_rng(rng)
     check_bool(init, "init")
     c = config

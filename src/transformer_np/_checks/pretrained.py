@@ -13,12 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .files import ModelFileError
 from .general import (
     as_float_array,
     check_bool,
     check_finite,
     check_ndim,
     first_index,
+    is_a,
     shape_str,
     type_name,
 )
@@ -80,8 +82,6 @@ def check_sentences(sentences, name: str = "sentences") -> list[str]:
 
 
 def check_load_minilm(dtype, model_dir):
-    from ..pretrained.checkpoint import ModelFileError
-
     dtype = check_float_dtype(dtype)
     if check_path(model_dir, "model_dir") is not None and not Path(model_dir).is_dir():
         raise ModelFileError(
@@ -92,9 +92,7 @@ def check_load_minilm(dtype, model_dir):
 
 
 def check_minilm_init(self, config, tokenizer, dtype):
-    from ..pretrained.minilm_config import MiniLMConfig  # (here: the package imports this module)
-
-    if not isinstance(config, MiniLMConfig):
+    if not is_a(config, "MiniLMConfig"):
         raise TypeError(f"config must be a MiniLMConfig, got {type_name(config)}")
     return {
         "self": self,

