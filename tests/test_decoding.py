@@ -411,7 +411,7 @@ def test_a_nan_parameter_is_named_not_sampled(use_cache):
         translate(model, SRC, 3, bos_id=1, use_cache=use_cache)
 
 
-# ------------------------------------------------------------- the fast step (_kernels/decode.py)
+# ------------------------------------------------ the one-token step (the layers' decode_step)
 
 
 def steps_of_both(model, ids, fast, plain, context=()):
@@ -435,13 +435,11 @@ def flat(cache):
 @pytest.mark.parametrize("norm_first", [True, False])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_fast_token_step_of_a_language_model_equals_its_forward(dtype, norm_first, batch):
-    from transformer_np._kernels.decode import token_forward
-
     model = language_model(norm_first, dtype)
     randomise_biases(model.params, np.random.default_rng(0))
     ids = np.random.default_rng(1).integers(0, 17, (batch, 12))
-    fast = token_forward(model)
-    assert fast is not model.forward  # the model is one the kernel knows
+    fast = model.one_token_forward()
+    assert fast is not model.forward  # the layers' steps, not the forward
     (got, want), (c_fast, c_plain) = steps_of_both(model, ids, fast, model.forward)
     # the logits of all 12 positions, as the uncached model computes them once: the bound
     tol = language_model_rounded(model, ids)[0].tol(dtype, sides=2)  # (B, T, V)
@@ -455,17 +453,15 @@ def test_fast_token_step_of_a_language_model_equals_its_forward(dtype, norm_firs
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_fast_token_step_of_a_transformer_equals_its_decoder(dtype, norm_first):
-    from transformer_np._kernels.decode import encoder_forward, token_forward
-
     model = translator(norm_first, dtype)
     randomise_biases(model.params, np.random.default_rng(0))
     src = np.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 12], [5, 0, 0, 0, 0, 0]])  # padding
     tgt = np.random.default_rng(1).integers(1, 14, (3, 9))
     memory = model.forward_encoder(src)
     tol = transformer_rounded(model, src, tgt)[0].tol(dtype, sides=2)  # (B, T, V)
-    fast_memory = encoder_forward(model)(src)
+    fast_memory = model.source_forward()(src)
     assert_within(fast_memory, memory, tol.max(), "memory")  # far below the logits' bound
-    fast = token_forward(model)
+    fast = model.one_token_forward()
     assert fast is not model.forward_decoder
     context = (memory, model.source_mask(src))
     # the first step fills the cross-attention's cache from the memory: the fast path too
@@ -477,45 +473,47 @@ def test_fast_token_step_of_a_transformer_equals_its_decoder(dtype, norm_first):
         np.testing.assert_allclose(a.stored()[1], b.stored()[1], rtol=0, atol=tol.max())
 
 
-def test_fast_step_is_used_only_for_models_it_knows():
+def test_every_layer_steps_by_its_own_step_or_by_its_forward():
     from transformer_np import LlamaConfig, LlamaModel
-    from transformer_np._kernels.decode import encoder_forward, token_forward
 
     cfg = LlamaConfig(vocab_size=11, d_model=8, n_heads=2, n_kv_heads=1, n_layers=1, d_ff=16)
     llama = LlamaModel(cfg)
-    assert token_forward(llama) == llama.forward  # grouped queries, RoPE, SwiGLU: plain
+    assert llama.one_token_forward() == llama.forward  # a LlamaModel steps by its forward
     model = language_model()
     model.train()
-    assert token_forward(model) == model.forward  # dropout: plain
+    assert model.one_token_forward() == model.forward  # dropout: only the forward has it
     model.eval()
-    model.blocks.layers[1].ff = Dropout(0.0)  # a sublayer the kernel does not know
-    assert token_forward(model) == model.forward
+    model.blocks.layers[1].ff = Dropout(0.0)  # a sublayer with no step of its own: its forward
+    fast = model.one_token_forward()
+    assert fast != model.forward
+    ids = np.random.default_rng(1).integers(0, 17, (2, 5))
+    tol = language_model_rounded(language_model(), ids)[0].tol("float64", sides=2).max()
+    (got, want), _ = steps_of_both(model, ids, fast, model.forward)
+    for a, b in zip(got, want, strict=True):
+        assert_within(a, b, 10 * tol, "logits")  # (the bound of the model before the change)
     tr = translator()
-    assert encoder_forward(tr) != tr.forward_encoder and token_forward(tr) != tr.forward_decoder
+    assert tr.source_forward() != tr.forward_encoder
+    assert tr.one_token_forward() != tr.forward_decoder
 
 
 def test_a_source_of_padding_only_takes_the_plain_path():
-    from transformer_np._kernels.decode import encoder_forward, token_forward
-
     model = translator()
     src = np.array([[0, 0, 0], [3, 4, 0]])  # the first row is padding only: attends to nothing
     memory = model.forward_encoder(src)
-    np.testing.assert_array_equal(encoder_forward(model)(src), memory)
+    np.testing.assert_array_equal(model.source_forward()(src), memory)
     context = (memory, model.source_mask(src))
-    (got, want), _ = steps_of_both(model, np.array([[1, 5], [1, 6]]), token_forward(model),
+    (got, want), _ = steps_of_both(model, np.array([[1, 5], [1, 6]]), model.one_token_forward(),
                                    model.forward_decoder, context)  # fmt: skip
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
 def test_a_row_too_large_to_normalise_is_reported_as_by_the_plain_path():
-    from transformer_np._kernels.decode import token_forward
-
     model = language_model(dtype="float32")
     row = model.params["embed.W"][5]
     row[:] = 1e19 * (-1) ** np.arange(row.size)  # squared, it overflows float32
     cache = model.new_cache(8)
-    fast = token_forward(model)
+    fast = model.one_token_forward()
     fast(np.array([[1, 2]]), kv_cache=cache)
     with pytest.raises(ValueError, match="too large to normalise"):
         fast(np.array([[5]]), kv_cache=cache)

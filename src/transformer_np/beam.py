@@ -18,7 +18,6 @@ import numpy as np
 
 from ._checks.boundary import checked, run_or_blame
 from ._checks.generation import check_beam_search
-from ._kernels.decode import encoder_forward, token_forward
 from .functional import log_softmax
 from .sampling import next_logits
 
@@ -103,7 +102,7 @@ def beam_search(
     with model.evaluation_mode():
         # the last token is never fed back: the cache holds at most T0 + max_new_tokens - 1
         cache = model.new_cache(T0 + max_new_tokens - 1) if use_cache else None
-        forward = token_forward(model)  # model.forward (one new token: without the layers' calls)
+        forward = model.one_token_forward()  # the forward, by its layers' steps for one token
         logits = next_logits(model, forward, prompt, kv_cache=cache)  # (1, V): the prefill
 
         def advance(rows, tokens):
@@ -206,8 +205,8 @@ def translate_beams(
     bos = np.full((1, 1), bos_id, dtype=np.int64)  # (1, 1): every target starts with BOS
     best = []
     with model.evaluation_mode():
-        forward = token_forward(model)  # model.forward_decoder (fast for one new token)
-        memories = run_or_blame(model, encoder_forward(model), src)  # (B, S, D), once
+        forward = model.one_token_forward()  # forward_decoder, by its layers' steps
+        memories = run_or_blame(model, model.source_forward(), src)  # (B, S, D), once
         masks = model.source_mask(src)  # (B, 1, 1, S) or None
         for b in range(src.shape[0]):  # one search per source
             memory = memories[b : b + 1]  # (1, S, D)

@@ -11,6 +11,8 @@ Shape glossary: B batch, T positions of the block's input, S positions of the en
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._checks.models import (
@@ -126,6 +128,48 @@ class EncoderBlock(Module):
 
     # --8<-- [end:encoder_block]
 
+    def decode_step(self, B, watch=None):
+        """:meth:`forward` in evaluation mode with a ``kv_cache``, for one new position of each
+        of B sequences: (B, D) rows through the sublayers' own steps."""
+        attn, ff = self.attn.decode_step(B, watch), self.ff.decode_step(B, watch)
+        norm1, norm2 = self.norm1.decode_step(B, watch), self.norm2.decode_step(B, watch)
+
+        def pre_ln(x, cache, memory=None, memory_mask=None):  # x + Sublayer(LayerNorm(x))
+            h = x + attn(norm1(x), cache)
+            return h + ff(norm2(h))
+
+        def post_ln(x, cache, memory=None, memory_mask=None):  # LayerNorm(x + Sublayer(x))
+            h = norm1(x + attn(x, cache))
+            return norm2(h + ff(h))
+
+        return pre_ln if self.norm_first else post_ln
+
+    def source_step(self, B, S, watch=None):
+        """:meth:`forward` in evaluation mode on the B S rows of B sequences of S positions
+        (an encoder's source, all at once), with an additive ``bias`` (B, 1, 1, S) or None."""
+        attn, H, Dh = self.attn, self.attn.n_heads, self.attn.d_head
+        *maps, o_map = (m.decode_step(1) for m in (attn.q, attn.k, attn.v, attn.o))
+        ff, scale = self.ff.decode_step(1), math.sqrt(Dh)  # (a Python float keeps the dtype)
+        norm1, norm2 = self.norm1.decode_step(B * S, watch), self.norm2.decode_step(B * S, watch)
+
+        def self_attention(x, bias):  # (B S, D) -> (B S, D)
+            q, k, v = (m(x).reshape(B, S, H, Dh).transpose(0, 2, 1, 3) for m in maps)
+            scores = (q / scale) @ k.swapaxes(-1, -2)  # (B, H, S, S)
+            if bias is not None:  # (B, 1, 1, S): -inf at the source's padding
+                scores = scores + bias
+            scores = np.exp(scores - np.maximum.reduce(scores, axis=-1, keepdims=True))
+            ctx = (scores @ v) / np.add.reduce(scores, axis=-1, keepdims=True)  # (B, H, S, Dh)
+            return o_map(ctx.transpose(0, 2, 1, 3).reshape(B * S, -1))  # heads side by side
+
+        def step(x, bias):
+            if self.norm_first:
+                h = x + self_attention(norm1(x), bias)
+                return h + ff(norm2(h))
+            h = norm1(x + self_attention(x, bias))
+            return norm2(h + ff(h))
+
+        return step
+
     def backward(self, grad_output):
         """dL/dy (B, T, D) -> dL/dx; each sublayer fills its own ``grads``."""
         self.saved()  # a clear error before any forward pass
@@ -229,6 +273,30 @@ class DecoderBlock(Module):
         return y
 
     # --8<-- [end:decoder_block]
+
+    def decode_step(self, B, watch=None):
+        """:meth:`forward` in evaluation mode with the (self, cross) caches, for one new
+        position of each of B sequences: (B, D) rows through the sublayers' own steps."""
+        attn = self.self_attn.decode_step(B, watch)
+        cross = self.cross_attn.decode_step(B, watch, cross=True)
+        ff = self.ff.decode_step(B, watch)
+        norm1, norm2, norm3 = (
+            n.decode_step(B, watch) for n in (self.norm1, self.norm2, self.norm3)
+        )
+
+        def pre_ln(x, caches, memory, memory_mask):
+            self_cache, cross_cache = caches
+            h = x + attn(norm1(x), self_cache)
+            h2 = h + cross(norm2(h), cross_cache, memory_mask, memory)
+            return h2 + ff(norm3(h2))
+
+        def post_ln(x, caches, memory, memory_mask):
+            self_cache, cross_cache = caches
+            h = norm1(x + attn(x, self_cache))
+            h2 = norm2(h + cross(h, cross_cache, memory_mask, memory))
+            return norm3(h2 + ff(h2))
+
+        return pre_ln if self.norm_first else post_ln
 
     def backward(self, grad_output):
         """dL/dy (B, T, D) -> (dL/dx, dL/dmemory); each sublayer fills its own ``grads``."""

@@ -5,8 +5,8 @@ are kept in the model's cache (``model.new_cache``), and the encoder output of a
 :class:`~transformer_np.model.Transformer` is computed once. With ``use_cache=False`` every step
 recomputes the whole context: the slow reference, which gives the same tokens. Each token is
 chosen by :func:`~transformer_np.sampling.sample_next`. For one new token with the cache, the
-package runs the model's computation written out on its arrays, without the layers' calls (the
-same logits up to rounding; the model's ``forward`` is the definition). Page: decoding.md.
+model runs its layers' ``decode_step`` on (B, D) rows (``model.one_token_forward()``: the same
+logits up to rounding, with fewer NumPy calls). Page: decoding.md.
 
 Shape glossary: B batch, T0 prompt length, S source length, V vocabulary.
 """
@@ -17,7 +17,6 @@ import numpy as np
 
 from ._checks.boundary import checked, run_or_blame
 from ._checks.generation import check_generate, check_stream, check_translate
-from ._kernels.decode import encoder_forward, token_forward
 from .beam import beam_search, translate_beams
 from .sampling import next_logits, sample_next
 
@@ -166,7 +165,7 @@ def stream(
     size = min(max_len, prompt.shape[1] + max_new_tokens)  # the cache never holds more
     context = prompt  # (B, T): the tokens the model reads, at positions 0 .. T - 1
     with model.evaluation_mode():
-        forward = token_forward(model)  # model.forward (one new token: without the layers' calls)
+        forward = model.one_token_forward()  # the forward, by its layers' steps for one token
         cache = model.new_cache(size) if use_cache else None
         logits = next_logits(model, forward, context, kv_cache=cache)  # the prefill
         for step in range(max_new_tokens):
@@ -278,12 +277,12 @@ def translate(
     tokens = np.full((src.shape[0], 1), bos_id, dtype=np.int64)  # (B, 1): BOS, then the output
     done = np.zeros(src.shape[0], dtype=bool)  # (B,): the sequences that produced EOS
     with model.evaluation_mode():
-        encode = encoder_forward(model)  # model.forward_encoder, without the layers' calls
+        encode = model.source_forward()  # forward_encoder, by the blocks' source steps
         memory = run_or_blame(model, encode, src)  # (B, S, D), computed once
         src_mask = model.source_mask(src)
         # per decoder layer: the self-attention's cache and the cross-attention's (the memory's)
         cache = model.new_cache(max_len, memory.shape[1]) if use_cache else None
-        decode = token_forward(model)  # model.forward_decoder (fast for one new token)
+        decode = model.one_token_forward()  # forward_decoder, by its layers' steps
         for _ in range(max_len):
             new = tokens[:, -1:] if use_cache else tokens  # with the cache, the newest only
             logits = next_logits(model, decode, new, memory, src_mask, kv_cache=cache)

@@ -19,6 +19,7 @@ from ._checks.layers import (
     check_tied_output_call,
     check_tied_output_init,
 )
+from ._kernels.rows import affine
 from .module import Module
 
 __all__ = ["Embedding", "TiedOutput"]
@@ -203,6 +204,10 @@ class TiedOutput(Module):
         logits += self.params["b"].astype(h.dtype, copy=False)
         self.cache = {"h": h.reshape(-1, self.embedding.d_model), "shape": h.shape}  # h: (N, D)
         return logits
+
+    def decode_step(self, B, watch=None):
+        """``forward`` on (B, D) rows: a product by the embedding matrix transposed, read now."""
+        return affine(self.embedding.params["W"].T, self.params["b"], B)
 
     def backward(self, grad_output):
         """dL/dh (..., D); ``grads["b"]``, and this layer's share of the embedding's gradient."""

@@ -11,6 +11,7 @@ import numpy as np
 from ._checks.general import as_grad
 from ._checks.layers import check_feed_forward_call, check_feed_forward_init
 from ._kernels.gelu import gelu, gelu_backward
+from ._kernels.rows import constant, gelu_rows
 from .layers import Linear
 from .module import Module
 
@@ -88,6 +89,15 @@ class FeedForward(Module):
         y = self.linear2.forward(a)  # (..., d_ff) -> (..., D)
         self.cache = {"h": h.reshape(-1, self.d_ff), "slope": slope}  # h: (N, d_ff), a view
         return y
+
+    def decode_step(self, B, watch=None):
+        """``forward`` on (B, D) rows: the two maps' steps around the activation."""
+        first, second = self.linear1.decode_step(B), self.linear2.decode_step(B)
+        if self.activation == "relu":
+            dtype = next(iter(self.linear1.params.values())).dtype
+            zero = constant((B, self.d_ff), 0, dtype)
+            return lambda x: second(np.maximum(first(x), zero))
+        return lambda x: second(gelu_rows(first(x)))  # the exact GELU
 
     # --8<-- [end:feed_forward]
 

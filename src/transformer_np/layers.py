@@ -24,6 +24,7 @@ from ._checks.layers import (
     check_linear_call,
     check_linear_init,
 )
+from ._kernels.rows import affine, centring, constant, repeated
 from .functional import layer_norm
 from .module import Module
 
@@ -110,6 +111,11 @@ class Linear(Module):
             y += self.params["b"].astype(x.dtype, copy=False)
         self.cache = {"x": x2, "shape": x.shape}
         return y.reshape(*x.shape[:-1], self.d_out)  # (N, d_out) -> (..., d_out)
+
+    def decode_step(self, B, watch=None):
+        """``forward`` on (B, d_in) rows with the weights read now: one ``np.dot`` and the bias
+        repeated to (B, d_out) (B = 1: rows of any number)."""
+        return affine(self.params["W"], self.params["b"] if self.has_bias else None, B)
 
     def backward(self, grad_output):
         r"""Backward pass of the last call.
@@ -207,6 +213,29 @@ class LayerNorm(Module):
         y, x_hat, rstd = layer_norm(x, gamma, beta, self.eps, with_stats=True)
         self.cache = {"x_hat": x_hat, "rstd": rstd}
         return y
+
+    def decode_step(self, B, watch=None):
+        """``forward`` on (B, D) rows, the means as products by two (D, D) matrices: C = I - 1/D
+        centres a row, M = 1/D gives its mean repeated along the row. ``watch`` (B, D) keeps the
+        largest standard deviation (inf or NaN where a row overflowed: the caller then runs
+        ``forward``, which says so). The squares are divided by D before they are summed, so a
+        row whose sum of squares overflows but whose mean square does not is normalised here."""
+        D, dtype = self.d_model, self.params["gamma"].dtype
+        gamma, beta = (repeated(self.params[k], B, dtype) for k in ("gamma", "beta"))
+        eps, mean, centre = (
+            constant((B, D), self.eps, dtype),
+            constant((D, D), 1 / D, dtype),
+            centring(D, dtype),
+        )
+
+        def norm(x):
+            x_hat = np.dot(x, centre)  # (B, D): x minus its mean
+            std = np.sqrt(np.dot(x_hat * x_hat, mean) + eps)  # (B, D), the row's std repeated
+            if watch is not None:
+                np.maximum(watch, std, out=watch)  # NaN stays NaN
+            return x_hat / std * gamma + beta
+
+        return norm
 
     def backward(self, grad_output):
         r"""Backward pass of the last call.

@@ -100,6 +100,72 @@ class ModelBase(Module):
         for k, value in checked_weights(params, "params", mine, "parameter").items():
             mine[k][...] = value
 
+    # -- generation: one new token at a time ----------------------------------------------------
+
+    def one_token_forward(self):
+        """The decoder's forward for generation (``forward`` of a LanguageModel,
+        ``forward_decoder`` of a Transformer): for one new token with a cache, in evaluation
+        mode, the model's :meth:`decode_step`, made of its layers' steps on (B, D) rows (the
+        same logits up to rounding); anything else (a prompt, no cache) is the forward itself.
+        The parameters are read when this is called: call it again after changing them."""
+        plain = self.forward_decoder if isinstance(self, Transformer) else self.forward
+        if self.training:  # dropout: only the forward has it
+            return plain
+        steps, seen = {}, {"mask": None, "additive": None, "empty": False}  # one step per B
+
+        def forward(ids, *context, kv_cache=None):
+            if kv_cache is None or ids.shape[1] != 1:  # a prompt, or no cache
+                return plain(ids, *context, kv_cache=kv_cache)
+            memory, memory_mask = context if context else (None, None)  # the decoder's
+            if memory_mask is not seen["mask"]:  # the same mask at every step: converted once
+                masked = memory_mask is not None and not memory_mask.all()
+                empty = masked and not memory_mask.any(axis=-1).all()  # a source of padding only
+                additive = np.where(memory_mask, 0, -np.inf).astype(self.config.dtype)
+                seen.update(mask=memory_mask, empty=empty, additive=additive if masked else None)
+            if seen["empty"]:  # nothing to attend to: the forward says so
+                return plain(ids, *context, kv_cache=kv_cache)
+            B = ids.shape[0]
+            step = steps.get(B) or steps.setdefault(B, self.decode_step(B))
+            caches = [
+                c for pair in kv_cache for c in (pair if isinstance(pair, tuple) else (pair,))
+            ]
+            lengths = [c.length for c in caches]
+            with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below
+                logits = step(ids[:, 0], kv_cache, caches[0].length, memory, seen["additive"])
+            if logits is None:  # a row too large to normalise: back, and the forward says which
+                for c, n in zip(caches, lengths, strict=True):
+                    c.length = n
+                return plain(ids, *context, kv_cache=kv_cache)
+            return logits[:, None]  # (B, V) -> (B, 1, V)
+
+        return forward
+
+    def decode_step(self, B, watch=None):
+        """The model on one new token of each of B sequences: ``step(ids (B,), kv_cache, t,
+        memory, additive memory mask) -> logits (B, V)``, or None when a row overflowed a
+        normalisation (``watch``, the largest standard deviation of each row)."""
+        embedding, stack, out = self.decoder_parts()
+        dtype = embedding.params["W"].dtype
+        watch = np.zeros((B, embedding.d_model), dtype)
+        blocks = [block.decode_step(B, watch) for block in stack.layers]
+        final = None if stack.norm is None else stack.norm.decode_step(B, watch)
+        logits = out.decode_step(B, watch)
+        table = embedding.params["W"]
+        scale = dtype.type(np.sqrt(embedding.d_model) if embedding.scale else 1.0)
+
+        def step(ids, cache, t, memory, memory_mask):
+            watch[...] = 0
+            x = table[ids] * scale + self.pe[t]  # (B, D): the token at position t
+            for block, block_cache in zip(blocks, cache, strict=True):
+                x = block(x, block_cache, memory, memory_mask)
+            if final is not None:
+                x = final(x)
+            if not watch.max() < np.inf:  # a row too large to normalise (or NaN)
+                return None
+            return logits(x)  # (B, V)
+
+        return step
+
 
 # --------------------------------------------------------------------------------------------
 # the models
@@ -179,6 +245,10 @@ class Transformer(ModelBase):
     def __repr__(self):
         return f"Transformer({self.config})"
 
+    def decoder_parts(self):
+        """The target embedding, the decoder and the output layer."""
+        return self.tgt_embed, self.decoder, self.out
+
     # -- masks --------------------------------------------------------------------------------
 
     def source_mask(self, src):
@@ -230,6 +300,37 @@ class Transformer(ModelBase):
         return self.out.forward(h)  # (B, T, D) -> (B, T, V)
 
     # --8<-- [end:transformer_forward]
+
+    def source_forward(self):
+        """``forward_encoder`` for generation, in evaluation mode: the blocks' ``source_step``
+        on the B S rows of the source (the same memory up to rounding); the forward itself for
+        a source of padding only, or a row too large to normalise (it says which)."""
+        plain = self.forward_encoder
+        if self.training:
+            return plain
+        cfg, embedding, dtype = self.config, self.src_embed, np.dtype(self.config.dtype)
+        scale = dtype.type(np.sqrt(embedding.d_model) if embedding.scale else 1.0)
+
+        def forward(src):
+            B, S = src.shape
+            keep = np.ones((B, S), bool) if cfg.pad_id is None else src != cfg.pad_id
+            if not keep.any(axis=-1).all():
+                return plain(src)
+            bias = None if keep.all() else np.where(keep, 0, -np.inf).astype(dtype)[:, None, None]
+            watch = np.zeros((B * S, embedding.d_model), dtype)
+            steps = [block.source_step(B, S, watch) for block in self.encoder.layers]
+            norm = self.encoder.norm
+            with np.errstate(over="ignore", invalid="ignore"):
+                x = (embedding.params["W"][src] * scale + self.pe[:S]).reshape(B * S, -1)
+                for step in steps:
+                    x = step(x, bias)
+                if norm is not None:
+                    x = norm.decode_step(B * S, watch)(x)
+            if not watch.max() < np.inf:
+                return plain(src)
+            return x.reshape(B, S, -1)  # (B, S, D)
+
+        return forward
 
     def backward(self, grad_logits):
         """Backpropagate ``dL/dlogits`` (B, T, V) through the last call; fills ``grads``."""
@@ -301,6 +402,10 @@ class LanguageModel(ModelBase):
 
     def __repr__(self):
         return f"LanguageModel({self.config})"
+
+    def decoder_parts(self):
+        """The token embedding, the blocks and the output layer."""
+        return self.embed, self.blocks, self.out
 
     # --8<-- [start:language_model_forward]
     def forward(self, ids, *, kv_cache=None):

@@ -164,6 +164,20 @@ class Module(metaclass=LayerType):
     def forward(self, *args, **kwargs):
         raise NotImplementedError(f"{type(self).__name__} has no forward pass")
 
+    def decode_step(self, B, watch=None):
+        """The layer on the one new position of each of B sequences, a function of their (B, n)
+        rows, for generation with a key/value cache: ``forward`` itself, unless the layer has a
+        faster way for one position (Linear, LayerNorm, the attention, the blocks: each tested
+        equal to its ``forward``). A normalisation records in ``watch`` (B, D) the largest
+        standard deviation it met."""
+        return self.forward
+
+    def one_token_forward(self):
+        """The forward that generation calls at every step: ``forward``, unless the model has
+        a faster one for one new token with a cache (LanguageModel and Transformer, from their
+        layers' :meth:`decode_step`)."""
+        return self.forward
+
     # -- structure ------------------------------------------------------------------------------
 
     def add_children(self, **children: Module) -> None:

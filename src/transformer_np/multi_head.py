@@ -15,10 +15,12 @@ Pages: multi-head.md (the layer), modern-block.md (grouped queries and RoPE), de
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
 from ._checks.boundary import checked
+from ._checks.calls import user_entry
 from ._checks.functions import check_merge_heads, check_split_heads
 from ._checks.general import as_grad
 from ._checks.generation import check_kv_reorder
@@ -88,7 +90,8 @@ class KVCache:
 
     def append(self, k, v):
         """Store k, v (B, Hkv, n, Dh) after the stored positions; return all stored."""
-        check_kv_append(self, k, v)
+        if user_entry():  # (the attention's own appends are not checked)
+            check_kv_append(self, k, v)
         B, H, n, Dh = k.shape
         t0 = self._length
         if t0 == 0:  # a new sequence: buffers for this batch size and dtype
@@ -281,6 +284,51 @@ class MultiHeadAttention(NamedMaps):
         return ctx.reshape(B, H, T, Dh), None if w is None else w.reshape(B, H, T, S)
 
     # --8<-- [end:mha_grouped]
+
+    # --8<-- [start:mha_decode_step]
+    def decode_step(self, B, watch=None, *, cross=False):
+        """:meth:`forward` with a ``kv_cache`` for one new query per sequence, on (B, D) rows.
+
+        Self-attention appends this position's key and value to the cache; cross-attention
+        projects the memory (B, S, D) into its cache at the first step. The G = H / Hkv query
+        heads of a group read its keys together, as in :meth:`attend`.
+        """
+        H, Hkv, Dh, D = self.n_heads, self.n_kv_heads, self.d_head, self.d_model
+        G = H // Hkv
+        q_map, k_map, v_map, o_map = (m.decode_step(B) for m in (self.q, self.k, self.v, self.o))
+        if cross:  # the memory's B S rows, once: a bias of one row fits any number of rows
+            k_map, v_map = self.k.decode_step(1), self.v.decode_step(1)
+        scale = math.sqrt(Dh)  # a Python float: the arrays keep their dtype
+
+        def attend(x, cache, mask=None, memory=None):
+            """x (B, D) -> (B, D); ``mask`` additive (0 or -inf), broadcastable to (B, 1, 1, S)."""
+            t = cache.length  # positions already cached
+            q = q_map(x).reshape(B, H, 1, Dh)  # 1. projections: (B, D) -> (B, H, 1, Dh)
+            if not cross:
+                k, v = k_map(x).reshape(B, Hkv, 1, Dh), v_map(x).reshape(B, Hkv, 1, Dh)
+                if self.rope_base is not None:  # 2. rotary positions: position t
+                    q, k = self.rotate(q, t), self.rotate(k, t)
+                keys, values = cache.append(k, v)  # (B, Hkv, t + 1, Dh)
+            elif t == 0:  # cross-attention's first step: the memory's keys and values
+                S = memory.shape[1]
+                rows = memory.reshape(B * S, D)
+                k, v = (
+                    m(rows).reshape(B, S, Hkv, Dh).transpose(0, 2, 1, 3) for m in (k_map, v_map)
+                )
+                keys, values = cache.append(k, v)  # (B, Hkv, S, Dh)
+            else:
+                keys, values = cache.stored()
+            # 3. attention: the G heads of a group are the G rows of its query
+            scores = (q.reshape(B, Hkv, G, Dh) / scale) @ keys.swapaxes(-1, -2)  # (B, Hkv, G, S)
+            if mask is not None:
+                scores = scores + mask
+            scores = np.exp(scores - np.maximum.reduce(scores, axis=-1, keepdims=True))
+            ctx = (scores @ values) / np.add.reduce(scores, axis=-1, keepdims=True)
+            return o_map(ctx.reshape(B, D))  # 4. heads side by side, projected: (B, D)
+
+        return attend
+
+    # --8<-- [end:mha_decode_step]
 
     def backward(self, grad_output):
         r"""dL/d(output) (B, T, D) -> dL/dx (self-attention) or (dL/dx_q, dL/dx_kv).
