@@ -179,12 +179,9 @@ class ByteLevelBPE:
 
     Notes
     -----
-    ``decode(encode(s)) == s`` for every string ``s`` that ``encode`` accepts. ``encode``
-    refuses, with a ValueError naming the character, a lone surrogate (U+D800 to U+DFFF: not a
-    character, UTF-8 cannot write it) and a character with a byte the vocabulary lacks
-    (SmolLM2's never saw 21 of the 256 bytes: six control characters such as ``"\\x04"``, and
-    the leading bytes of code points U+40000 to U+BFFFF, which no character uses); the
-    ``tokenizers`` library drops such a byte without a word.
+    ``decode(encode(s)) == s`` for every string ``s`` that ``encode`` accepts; it refuses,
+    naming the character, a lone surrogate and a character with a byte the vocabulary lacks
+    (SmolLM2's lacks 21 of the 256), which the ``tokenizers`` library drops without a word.
     """
 
     PRE_TOKENIZERS = PRE_TOKENIZERS  # the names ``pre`` can take
@@ -254,19 +251,9 @@ class ByteLevelBPE:
 
         Notes
         -----
-        Each step merges the most frequent adjacent pair. Among pairs equally frequent, the
-        one with the smallest ids wins: the smallest left id, then the smallest right id. The
-        256 bytes get their ids in the order of their spelling (``"!"`` first, ``"Ġ"`` among
-        the last), as in the ``tokenizers`` library's trainer and in SmolLM2's vocabulary, so
-        the merges are the same as the library's ``BpeTrainer``'s.
-
-        Examples
-        --------
-        >>> bpe = ByteLevelBPE.train("la casa, le case, la cosa", 256 + 4)
-        >>> [spell(bpe.vocab[a]) + " " + spell(bpe.vocab[b]) for a, b in bpe.merges]
-        ['Ġ c', 'a s', 'l a', 'Ġc as']
-        >>> [bpe.vocab[i] for i in bpe.encode(" casa")]
-        [b' cas', b'a']
+        Ties go to the smallest ids, and the 256 bytes are numbered in the order of their
+        spelling, as in the ``tokenizers`` library: the same merges as its ``BpeTrainer``
+        (tokenizer.md).
         """
         # 1. The starting vocabulary: the special tokens, then the 256 bytes.
         vocab = [token.encode("utf-8") for token in special_tokens]
