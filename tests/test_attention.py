@@ -325,12 +325,20 @@ V = QKV_RNG.standard_normal((2, 6, 4))
 
 
 def test_mismatched_d_k_between_q_and_k():
-    with pytest.raises(ValueError, match=r"q and k .* d_k.*\(2, 5, 8\).*\(2, 6, 16\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"k must be a float array of shape \(\*B, Tk, Dk\) that fits q \(2, 5, 8\) .*"
+        r"got float64 of shape \(2, 6, 16\)$",
+    ):
         scaled_dot_product_attention(Q, np.zeros((2, 6, 16)), V)
 
 
 def test_mismatched_n_k_between_k_and_v():
-    with pytest.raises(ValueError, match=r"k and v .* n_k.*\(2, 6, 8\).*\(2, 7, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"v must be a float array of shape \(\*B, Tk, Dv\) that fits q \(2, 5, 8\), "
+        r"k \(2, 6, 8\) .*got float64 of shape \(2, 7, 4\)$",
+    ):
         scaled_dot_product_attention(Q, K, np.zeros((2, 7, 4)))
 
 
@@ -375,12 +383,12 @@ def test_bias_with_nan_or_plus_inf(bad):
 def test_integer_inputs_are_type_errors(name):
     args = {"q": Q, "k": K, "v": V}
     args[name] = np.ones(args[name].shape, dtype=np.int64)
-    with pytest.raises(TypeError, match=f"{name} must be a floating-point array.*int64"):
+    with pytest.raises(TypeError, match=f"{name} must be a float array .*got int64 of shape"):
         scaled_dot_product_attention(**args)
 
 
 def test_non_numeric_input_is_a_type_error():
-    with pytest.raises(TypeError, match="q must be a floating-point array"):
+    with pytest.raises(TypeError, match=r"q must be a float array .*got <U1 of shape \(1, 2\)"):
         scaled_dot_product_attention([["a", "b"]], K, V)
 
 
@@ -394,12 +402,14 @@ def test_nan_or_inf_in_inputs(name, bad):
 
 
 def test_input_of_rank_one():
-    with pytest.raises(ValueError, match=r"q must have at least 2 axes.*\(8,\)"):
+    with pytest.raises(
+        ValueError, match=r"q must be a float array of shape \(\*B, Tq, Dk\) .*of shape \(8,\)$"
+    ):
         scaled_dot_product_attention(np.ones(8), K[0], V[0])
 
 
 def test_leading_axes_that_do_not_broadcast():
-    with pytest.raises(ValueError, match="leading"):
+    with pytest.raises(ValueError, match=r"k must be .* that fits q \(2, 5, 8\) .*\(3, 6, 8\)$"):
         scaled_dot_product_attention(Q, np.zeros((3, 6, 8)), np.zeros((3, 6, 4)))
 
 
@@ -440,7 +450,7 @@ def error_of(fn, *args, **kwargs):
     """(type, message) of the TypeError or ValueError that ``fn(*args, **kwargs)`` raises."""
     with pytest.raises((TypeError, ValueError)) as info:
         fn(*args, **kwargs)
-    return info.type, str(info.value)
+    return info.type, str(info.value).removeprefix(f"{fn.__name__}: ")
 
 
 @pytest.mark.parametrize(
@@ -469,14 +479,14 @@ def test_attention_backward_checks_the_shapes_of_the_forward_pass():
     dq, dk, dv = attention_backward(g, Q, K, V, w)
     assert (dq.shape, dk.shape, dv.shape) == (Q.shape, K.shape, V.shape)
     with pytest.raises(
-        ValueError, match=r"weights must be the forward's weights .*\(2, 5, 6\), got \(2, 6, 5\)"
+        ValueError, match=r"weights must be a float array of shape \(\*B, Tq, Tk\) .*\(2, 6, 5\)$"
     ):
         attention_backward(g, Q, K, V, w.swapaxes(-1, -2))
     with pytest.raises(
-        ValueError, match=r"grad_output must be dL/doutput .*\(2, 5, 4\), got \(2, 5, 8\)"
+        ValueError, match=r"v must be .* that fits grad_output \(2, 5, 8\), .*\(2, 6, 4\)$"
     ):
         attention_backward(np.zeros((2, 5, 8)), Q, K, V, w)
-    with pytest.raises(ValueError, match=r"k and v .* n_k"):
+    with pytest.raises(ValueError, match=r"v must be .* that fits grad_output .*\(2, 5, 4\)$"):
         attention_backward(g, Q, K, V[:, :5], w)
     with pytest.raises(ValueError, match=r"grad_output contains NaN"):
         attention_backward(np.where(g > 1, np.nan, g), Q, K, V, w)

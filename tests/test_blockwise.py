@@ -206,7 +206,7 @@ def error_raised_by(fn, *args, **kwargs):
     try:
         fn(*args, **kwargs)
     except (TypeError, ValueError) as exc:
-        return type(exc), str(exc)
+        return type(exc), str(exc).removeprefix(f"{fn.__name__}: ")
     return None
 
 

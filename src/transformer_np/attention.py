@@ -13,6 +13,7 @@ arguments when a user calls it (the layers call them as they are).
 from __future__ import annotations
 
 import numpy as np
+from jaxtyping import Float, Shaped
 
 from ._checks.boundary import checked, to_compute
 from ._checks.functions import (
@@ -32,12 +33,17 @@ __all__ = [
 
 @checked(check_attention_steps)
 # --8<-- [start:attention_steps]
-def attention_steps(q, k, v, mask=None, bias=None):
+def attention_steps(
+    q: Float[np.ndarray, "*#B Tq Dk"],
+    k: Float[np.ndarray, "*#B Tk Dk"],
+    v: Float[np.ndarray, "*#B Tk Dv"],
+    mask: Shaped[np.ndarray, "..."] | None = None,
+    bias: Float[np.ndarray, "..."] | None = None,
+):
     """The five steps of attention, written plainly: ``softmax(q k^T / sqrt(d_k)) v``.
 
-    q (..., n_q, d_k), k (..., n_k, d_k), v (..., n_k, d_v); ``mask`` bool (True = may
-    attend) and ``bias`` float, both broadcastable to (..., n_q, n_k). Returns
-    ``(output, weights)``, as :func:`scaled_dot_product_attention` (the faster way).
+    ``mask`` bool (True = may attend) and ``bias`` float, both broadcastable to (*B, Tq, Tk).
+    Returns ``(output, weights)``, as :func:`scaled_dot_product_attention` (the faster way).
     """
     d_k = q.shape[-1]
     # 1. scores: every query against every key, scaled by 1/sqrt(d_k)
@@ -60,13 +66,18 @@ def attention_steps(q, k, v, mask=None, bias=None):
 
 @checked(check_attention_backward)
 # --8<-- [start:attention_backward]
-def attention_backward(grad_output, q, k, v, weights):
+def attention_backward(
+    grad_output: Float[np.ndarray, "*#B Tq Dv"],
+    q: Float[np.ndarray, "*#B Tq Dk"],
+    k: Float[np.ndarray, "*#B Tk Dk"],
+    v: Float[np.ndarray, "*#B Tk Dv"],
+    weights: Float[np.ndarray, "*#B Tq Tk"],
+):
     """The gradients of :func:`attention_steps` with respect to q, k and v.
 
-    ``grad_output`` (..., n_q, d_v) is dL/d(output); ``q``, ``k``, ``v`` and ``weights``
-    (..., n_q, n_k) are those of the forward pass. Returns ``(dq, dk, dv)``, shaped like
-    q, k, v. A mask and a bias are constants: a blocked key has weight 0, so its score gets
-    gradient 0 here without being told.
+    ``grad_output`` is dL/d(output); ``q``, ``k``, ``v`` and ``weights`` are those of the forward
+    pass. Returns ``(dq, dk, dv)``, shaped like q, k, v. A mask and a bias are constants: a
+    blocked key has weight 0, so its score gets gradient 0 here without being told.
     """
     d_k = q.shape[-1]
     # 5. output = weights @ v
@@ -87,7 +98,15 @@ def attention_backward(grad_output, q, k, v, weights):
 
 
 @checked(check_scaled_dot_product_attention)
-def scaled_dot_product_attention(q, k, v, mask=None, *, bias=None, need_weights=True):
+def scaled_dot_product_attention(
+    q: Float[np.ndarray, "*#B Tq Dk"],
+    k: Float[np.ndarray, "*#B Tk Dk"],
+    v: Float[np.ndarray, "*#B Tk Dv"],
+    mask: Shaped[np.ndarray, "..."] | None = None,
+    *,
+    bias: Float[np.ndarray, "..."] | None = None,
+    need_weights: bool = True,
+):
     r"""Scaled dot-product attention, ``softmax(q k^T / sqrt(d_k)) v``.
 
     Parameters

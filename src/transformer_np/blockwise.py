@@ -10,6 +10,7 @@ running maximum ``m``, a running sum ``l`` and a running weighted sum ``acc``: m
 from __future__ import annotations
 
 import numpy as np
+from jaxtyping import Float, Shaped
 
 from ._checks.boundary import checked, to_compute
 from ._checks.functions import check_blockwise_attention
@@ -28,7 +29,14 @@ PARALLEL_MIN_SCORES = 1 << 20
 
 @checked(check_blockwise_attention)
 def blockwise_attention(
-    q, k, v, mask=None, *, tile_size: int = DEFAULT_TILE_SIZE, causal: bool = False, bias=None
+    q: Float[np.ndarray, "*#B Tq Dk"],
+    k: Float[np.ndarray, "*#B Tk Dk"],
+    v: Float[np.ndarray, "*#B Tk Dv"],
+    mask: Shaped[np.ndarray, "..."] | None = None,
+    *,
+    tile_size: int = DEFAULT_TILE_SIZE,
+    causal: bool = False,
+    bias: Float[np.ndarray, "..."] | None = None,
 ):
     r"""Scaled dot-product attention computed tile by tile, without the ``(n_q, n_k)`` matrix.
 

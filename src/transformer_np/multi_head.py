@@ -18,6 +18,7 @@ import functools
 import math
 
 import numpy as np
+from jaxtyping import Float
 
 from ._checks.boundary import checked
 from ._checks.calls import user_entry
@@ -42,8 +43,8 @@ __all__ = ["KVCache", "MultiHeadAttention", "merge_heads", "split_heads"]
 
 @checked(check_split_heads)
 # --8<-- [start:split_heads]
-def split_heads(x, n_heads):
-    """(B, T, D) -> (B, H, T, Dh): head h gets the features h*Dh .. (h+1)*Dh - 1."""
+def split_heads(x: Float[np.ndarray, "B T D"], n_heads: int) -> Float[np.ndarray, "B H T Dh"]:
+    """Head h gets the features h*Dh .. (h+1)*Dh - 1 (Dh = D / H)."""
     B, T, D = x.shape
     return x.reshape(B, T, n_heads, D // n_heads).transpose(0, 2, 1, 3)
 
@@ -53,8 +54,8 @@ def split_heads(x, n_heads):
 
 @checked(check_merge_heads)
 # --8<-- [start:merge_heads]
-def merge_heads(x):
-    """(B, H, T, Dh) -> (B, T, D): the heads side by side again (the inverse of split_heads)."""
+def merge_heads(x: Float[np.ndarray, "B H T Dh"]) -> Float[np.ndarray, "B T D"]:
+    """The heads side by side again (the inverse of split_heads)."""
     B, H, T, Dh = x.shape
     return x.transpose(0, 2, 1, 3).reshape(B, T, H * Dh)
 

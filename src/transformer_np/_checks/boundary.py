@@ -20,6 +20,7 @@ import numpy as np
 
 from .calls import state
 from .general import NotFiniteError, all_finite, check_finite, shape_str
+from .shapes import check_declared, declared_arrays
 
 
 @dataclass
@@ -174,10 +175,12 @@ def leaf_parameters(layer) -> list:
 def checked(validator, *, every_call=False):
     """Decorate a public function: called by a user, ``validator`` checks its arguments first.
 
-    The validator takes the function's arguments by name (defaults filled in) and returns them
-    checked, as a dict; the body then runs on them. Called by the package's own maths, the
-    function runs as it is: what the user's call checked is not checked again. A function that
-    writes a file checks at ``every_call``: what it saves is the state of the moment.
+    The arrays the signature declares (jaxtyping annotations, :mod:`.shapes`) are checked
+    first; then the validator takes the function's arguments by name (defaults filled in) and
+    returns them checked, as a dict; the body then runs on them. Called by the package's own
+    maths, the function runs as it is: what the user's call checked is not checked again. A
+    function that writes a file checks at ``every_call``: what it saves is the state of the
+    moment.
     """
 
     def decorate(function):
@@ -211,7 +214,11 @@ def checked(validator, *, every_call=False):
                 return function(*args, **kwargs)
             outer, state.inside = state.inside, True
             try:
-                result = function(**validator(**arguments_of(args, kwargs)))
+                arguments = arguments_of(args, kwargs)
+                declared = declared_arrays(function)  # the arrays of the signature
+                if declared:
+                    check_declared(function.__name__, declared, arguments)
+                result = function(**validator(**arguments))
             finally:
                 state.inside = outer
             return steps_inside(result) if generator else result
