@@ -25,6 +25,7 @@ __all__ = ["beam_search"]
 
 
 @checked(check_beam_search)
+# --8<-- [start:beam_search]
 def beam_search(
     model,
     prompt,
@@ -121,6 +122,10 @@ def beam_search(
     return np.concatenate([prompt[0], sequence])[None], np.array([score])
 
 
+# --8<-- [end:beam_search]
+
+
+# --8<-- [start:search]
 def search(logits, advance, max_new_tokens, num_beams, length_penalty, early_stopping, eos_id,
            penalty, suppress=None):  # fmt: skip
     """The search itself, for any model: the best hypothesis (n,) and its score.
@@ -153,7 +158,7 @@ def search(logits, advance, max_new_tokens, num_beams, length_penalty, early_sto
             ends |= token == eos_id
         # 3. Those among the first num_beams that end are finished hypotheses: keep the
         #    best num_beams of them (the earlier first among equal scores).
-        lp = _divisor(n, length_penalty, penalty)
+        lp = length_divisor(n, length_penalty, penalty)
         for i in np.flatnonzero(ends[:num_beams]):
             sequence = np.append(tokens[source[i]], token[i])  # (n,)
             finished.append((float(candidate[i] / lp), sequence))
@@ -172,7 +177,7 @@ def search(logits, advance, max_new_tokens, num_beams, length_penalty, early_sto
             if early_stopping is True:
                 break
             length = max_new_tokens if early_stopping == "never" and length_penalty > 0 else n
-            if scores[0] / _divisor(length, length_penalty, penalty) <= finished[-1][0]:
+            if scores[0] / length_divisor(length, length_penalty, penalty) <= finished[-1][0]:
                 break
         # 6. The model follows the beams (the cache is reordered, not recomputed).
         logits = advance(rows, tokens)  # (num_beams, V)
@@ -180,12 +185,19 @@ def search(logits, advance, max_new_tokens, num_beams, length_penalty, early_sto
     return sequence, score
 
 
-def _divisor(n, alpha, penalty):
+# --8<-- [end:search]
+
+
+# --8<-- [start:length_divisor]
+def length_divisor(n, alpha, penalty):
     """lp(n), which divides the summed log-probability of a hypothesis of ``n`` tokens:
     ``((5 + n) / 6) ** alpha`` ("gnmt", Wu et al. 2016) or ``n ** alpha`` ("transformers")."""
     if penalty == "gnmt":
         return ((5 + n) / 6) ** alpha
     return n**alpha
+
+
+# --8<-- [end:length_divisor]
 
 
 def translate_beams(

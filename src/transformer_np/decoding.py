@@ -24,6 +24,7 @@ __all__ = ["generate", "stream", "translate"]
 
 
 @checked(check_generate)
+# --8<-- [start:generate]
 def generate(
     model,
     prompt,
@@ -127,7 +128,11 @@ def generate(
     return np.column_stack([prompt, *steps])  # (B, T0) and max_new_tokens x (B,)
 
 
+# --8<-- [end:generate]
+
+
 @checked(check_stream)
+# --8<-- [start:stream]
 def stream(
     model,
     prompt,
@@ -182,6 +187,9 @@ def stream(
                 logits = next_logits(model, forward, context[:, -1:], kv_cache=cache)
             else:  # the slow reference: the whole window again
                 logits = next_logits(model, forward, context)
+
+
+# --8<-- [end:stream]
 
 
 @checked(check_translate)

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ._checks.boundary import checked, run_or_blame
+from ._checks.boundary import checked
 from ._checks.evaluation import check_bits_per_byte, check_perplexity
 from .functional import log_softmax
 
@@ -24,6 +24,7 @@ __all__ = ["perplexity", "bits_per_byte", "windows"]
 
 
 @checked(check_perplexity)
+# --8<-- [start:perplexity]
 def perplexity(model, ids, *, window=None, stride=None):
     r"""The perplexity of ``model`` on the token sequence ``ids``.
 
@@ -74,6 +75,9 @@ def perplexity(model, ids, *, window=None, stride=None):
     return math.exp(nll / n_scored)
 
 
+# --8<-- [end:perplexity]
+
+
 @checked(check_bits_per_byte)
 def bits_per_byte(model, ids, n_bytes, *, window=None, stride=None):
     r"""How many bits per byte of text ``model`` needs to encode ``ids``: its compression rate.
@@ -118,6 +122,7 @@ def bits_per_byte(model, ids, n_bytes, *, window=None, stride=None):
     return nll / (n_bytes * math.log(2))
 
 
+# --8<-- [start:windows]
 def windows(n, window, stride):
     """The windows of transformers' perplexity guide over a text of ``n`` tokens.
 
@@ -139,6 +144,10 @@ def windows(n, window, stride):
             break
 
 
+# --8<-- [end:windows]
+
+
+# --8<-- [start:negative_log_likelihood]
 def negative_log_likelihood(model, ids, window, stride):
     """The summed :math:`-\\log p(x_i \\mid c_i)` over the scored tokens (float64), and their
     count, for checked arguments (``ids`` of shape (N,))."""
@@ -146,7 +155,7 @@ def negative_log_likelihood(model, ids, window, stride):
     with model.evaluation_mode():
         for begin, end, first in windows(ids.shape[0], window, stride):
             # 1. The logits of the window: row j predicts token begin + j + 1.
-            logits = run_or_blame(model, model.forward, ids[None, begin:end])[0]  # (L, V)
+            logits = model(ids[None, begin:end])[0]  # (L, V)
             # 2. The rows that predict the tokens first .. end - 1, in float64.
             rows = logits[first - 1 - begin : end - 1 - begin].astype(np.float64)  # (n, V)
             # 3. The log-probability of each token that came, summed.
@@ -155,3 +164,6 @@ def negative_log_likelihood(model, ids, window, stride):
             total -= float(logp[np.arange(targets.shape[0]), targets].sum())
             n_scored += targets.shape[0]
     return total, n_scored
+
+
+# --8<-- [end:negative_log_likelihood]

@@ -18,6 +18,7 @@ __all__ = ["sample_next"]
 
 
 @checked(check_sample_next)
+# --8<-- [start:sample_next]
 def sample_next(logits, *, temperature=1.0, top_k=None, top_p=None, rng=None):
     r"""Choose one token per row of ``logits``: (B, V) -> (B,).
 
@@ -81,6 +82,10 @@ def sample_next(logits, *, temperature=1.0, top_k=None, top_p=None, rng=None):
     return np.minimum(idx, p.shape[-1] - 1).astype(np.int64)
 
 
+# --8<-- [end:sample_next]
+
+
+# --8<-- [start:weights]
 def weights(logits, temperature, top_k, top_p):
     """The distribution :func:`sample_next` draws from, up to a factor per row: (B, V) -> (B, V).
 
@@ -111,6 +116,9 @@ def weights(logits, temperature, top_k, top_p):
         drop[:, -1] = False  # the most probable token always stays (min_tokens_to_keep=1)
         np.put_along_axis(p, order, np.where(drop, 0.0, p_sorted), axis=-1)
     return p
+
+
+# --8<-- [end:weights]
 
 
 def next_logits(model, step, *args, **kwargs):
