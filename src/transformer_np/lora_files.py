@@ -29,6 +29,7 @@ from .lora import adapt
 __all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "load_lora", "save_lora"]
 
 
+# --8<-- [start:peft_config]
 def peft_config(model, layers, base_model):
     """The ``adapter_config.json`` of PEFT's LoRA for ``layers`` ({path: LoRALinear})."""
     first = next(iter(layers.values()))
@@ -61,7 +62,11 @@ def peft_config(model, layers, base_model):
     }
 
 
+# --8<-- [end:peft_config]
+
+
 @checked(check_save_lora)
+# --8<-- [start:save_lora]
 def save_lora(folder, model, *, base_model=None, overwrite=False):
     """Save the adapters alone, in the two files of PEFT's ``save_pretrained``.
 
@@ -114,6 +119,9 @@ def save_lora(folder, model, *, base_model=None, overwrite=False):
     write_atomically(
         os.path.join(folder, ADAPTER_CONFIG), lambda f: f.write(config), overwrite, "adapter"
     )
+
+
+# --8<-- [end:save_lora]
 
 
 @checked(check_load_lora)
