@@ -290,35 +290,54 @@ class MultiHeadAttention(NamedMaps):
     def decode_step(self, B, watch=None, *, cross=False):
         """:meth:`forward` with a ``kv_cache`` for one new query per sequence, on (B, D) rows.
 
-        Self-attention appends this position's key and value to the cache; cross-attention
-        projects the memory (B, S, D) into its cache at the first step. The G = H / Hkv query
-        heads of a group read its keys together, as in :meth:`attend`.
+        Self-attention appends this position's key and value to the cache (three plain Linear
+        maps: one product for the three); cross-attention projects the memory (B, S, D) into its
+        cache at the first step. The G = H / Hkv query heads of a group read its keys together,
+        as in :meth:`attend`.
         """
         H, Hkv, Dh, D = self.n_heads, self.n_kv_heads, self.d_head, self.d_model
-        G = H // Hkv
-        q_map, k_map, v_map, o_map = (m.decode_step(B) for m in (self.q, self.k, self.v, self.o))
+        G, scale = H // Hkv, math.sqrt(Dh)  # (a Python float: the arrays keep their dtype)
+        maps = (self.q, self.k, self.v)
+        q_map, k_map, v_map, o_map = (m.decode_step(B) for m in (*maps, self.o))
+        fused = not cross and all(type(m) is Linear for m in maps)
+        if fused:  # the three maps as one, x @ [W_q W_k W_v]: (B, D) -> (B, D + 2 Hkv Dh)
+            W = np.concatenate([m.params["W"] for m in maps], axis=1)
+            three = Linear(D, W.shape[1], bias=self.has_bias, dtype=W.dtype, init="zeros")
+            three.params["W"] = W
+            if self.has_bias:
+                three.params["b"] = np.concatenate([m.params["b"] for m in maps])
+            qkv, ends = three.decode_step(B), (D, D + Hkv * Dh)
         if cross:  # the memory's B S rows, once: a bias of one row fits any number of rows
             k_map, v_map = self.k.decode_step(1), self.v.decode_step(1)
-        scale = math.sqrt(Dh)  # a Python float: the arrays keep their dtype
+
+        def project(x):
+            """x (B, D) -> q (B, H, 1, Dh), k and v (B, Hkv, 1, Dh)."""
+            if fused:
+                y = qkv(x)
+                q, k, v = y[:, : ends[0]], y[:, ends[0] : ends[1]], y[:, ends[1] :]
+            else:
+                q, k, v = q_map(x), k_map(x), v_map(x)
+            return q.reshape(B, H, 1, Dh), k.reshape(B, Hkv, 1, Dh), v.reshape(B, Hkv, 1, Dh)
 
         def attend(x, cache, mask=None, memory=None):
             """x (B, D) -> (B, D); ``mask`` additive (0 or -inf), broadcastable to (B, 1, 1, S)."""
             t = cache.length  # positions already cached
-            q = q_map(x).reshape(B, H, 1, Dh)  # 1. projections: (B, D) -> (B, H, 1, Dh)
-            if not cross:
-                k, v = k_map(x).reshape(B, Hkv, 1, Dh), v_map(x).reshape(B, Hkv, 1, Dh)
-                if self.rope_base is not None:  # 2. rotary positions: position t
+            if not cross:  # 1. projections, 2. rotary positions (position t), into the cache
+                q, k, v = project(x)
+                if self.rope_base is not None:
                     q, k = self.rotate(q, t), self.rotate(k, t)
                 keys, values = cache.append(k, v)  # (B, Hkv, t + 1, Dh)
-            elif t == 0:  # cross-attention's first step: the memory's keys and values
-                S = memory.shape[1]
-                rows = memory.reshape(B * S, D)
-                k, v = (
-                    m(rows).reshape(B, S, Hkv, Dh).transpose(0, 2, 1, 3) for m in (k_map, v_map)
-                )
-                keys, values = cache.append(k, v)  # (B, Hkv, S, Dh)
             else:
-                keys, values = cache.stored()
+                q = q_map(x).reshape(B, H, 1, Dh)
+                if t == 0:  # the first step: the memory's keys and values
+                    S = memory.shape[1]
+                    rows = memory.reshape(B * S, D)
+                    k, v = (
+                        m(rows).reshape(B, S, Hkv, Dh).transpose(0, 2, 1, 3) for m in (k_map, v_map)
+                    )
+                    keys, values = cache.append(k, v)  # (B, Hkv, S, Dh)
+                else:
+                    keys, values = cache.stored()
             # 3. attention: the G heads of a group are the G rows of its query
             scores = (q.reshape(B, Hkv, G, Dh) / scale) @ keys.swapaxes(-1, -2)  # (B, Hkv, G, S)
             if mask is not None:
