@@ -1,11 +1,7 @@
-"""LoRA: low-rank adapters on frozen Linear maps (Hu et al. 2021). Page: finetuning.md.
-
-A :class:`LoRALinear` computes ``x W + b + (alpha / r) dropout(x) A B`` with ``W`` frozen and
-A (d_in, r), B (r, d_out) trained; :func:`add_lora` puts adapters on a model's maps,
-:func:`lora_params` gives them to an optimiser, :func:`merge_lora` and :func:`unmerge_lora`
-fold the change into W and back. PEFT's files: :mod:`transformer_np.lora_files`. The matrices
-are in the package's ``x @ W`` convention, the transposes of PEFT's ``lora_A.weight`` (r, d_in)
-and ``lora_B.weight`` (d_out, r).
+"""LoRA: low-rank adapters on frozen Linear maps (Hu et al. 2021), ``x W + b + (alpha / r)
+dropout(x) A B`` with W frozen and A (d_in, r), B (r, d_out) trained. Page: finetuning.md.
+A and B are the transposes of PEFT's ``lora_A.weight`` (r, d_in) and ``lora_B.weight``
+(d_out, r), the package computing ``x @ W``; PEFT's files: :mod:`transformer_np.lora_files`.
 """
 
 from __future__ import annotations
