@@ -1,12 +1,8 @@
-r"""Beam search with the key/value cache, for the decoder-only models and the encoder-decoder.
+"""Beam search with the key/value cache, for the decoder-only models and the encoder-decoder.
 
-Greedy decoding keeps the one most probable token at each step; beam search keeps the
-``num_beams`` most probable *sequences* (the beams), each a row of the batch. At every step
-each beam proposes all its continuations, the best ones become the new beams, and the cache
-follows them (:meth:`~transformer_np.multi_head.KVCache.reorder`): nothing is recomputed. A
-beam that produces the end token is finished; its score is its summed log-probability divided
-by a length penalty, since longer sequences have more terms and so lower sums. Page:
-decoding.md.
+The ``num_beams`` most probable sequences are kept, each a row of the batch; the cache follows
+them (:meth:`~transformer_np.multi_head.KVCache.reorder`), and a finished hypothesis is scored
+by its summed log-probability over a length penalty. Page: decoding.md.
 
 Shape glossary: T0 prompt length, V vocabulary, R running beams (1, then ``num_beams``),
 K = 2 ``num_beams`` candidates per step, n tokens generated so far.
@@ -38,66 +34,42 @@ def beam_search(
     penalty="gnmt",
     use_cache=True,
 ):
-    r"""Continue ``prompt`` with the most probable sequence that beam search finds.
+    """Continue ``prompt`` with the most probable sequence that beam search finds.
 
-    The model runs in evaluation mode (dropout off) and is left in the mode it was in.
+    The model runs in evaluation mode and is left in the mode it was in. The search is
+    transformers' (``generate(num_beams=...)``, version 5), without GNMT's coverage penalty.
+    Page: decoding.md.
 
     Parameters
     ----------
     model : LanguageModel or LlamaModel
     prompt : ndarray of int, shape (1, T0)
-        One prompt (B = 1: a batch of prompts is refused; call once per prompt). The prompt and
-        the generated tokens must fit in the model's context: ``T0 + max_new_tokens - 1 <=
-        config.max_len`` (the window does not slide during a beam search).
+        One prompt (B = 1), with ``T0 + max_new_tokens - 1 <= config.max_len``: the window does
+        not slide.
     max_new_tokens : int
         The most tokens a hypothesis may have; one that reaches it is finished.
     num_beams : int
-        How many sequences are kept at each step, with ``2 * num_beams <= vocab_size``.
-        1 is greedy decoding (when no end token comes first).
+        How many sequences are kept at each step, ``2 * num_beams <= vocab_size``; 1 is greedy.
     length_penalty : float, default 0.6
-        The exponent alpha of the length penalty (0.6 is the paper's, after Wu et al. 2016).
+        The exponent alpha of the length penalty lp (0.6 is the paper's, after Wu et al. 2016).
     early_stopping : bool or "never", default False
-        When the search ends, as transformers' ``early_stopping``: True stops as soon as
-        ``num_beams`` hypotheses are finished; False also stops when the best running beam,
-        scored at its current length, cannot beat the worst finished hypothesis; "never" scores
-        it at the most favourable length (``max_new_tokens`` when alpha > 0).
+        As transformers': True stops once ``num_beams`` hypotheses are finished; False also when
+        the best running beam, scored at its current length, cannot beat the worst of them;
+        "never" scores it at its most favourable length (``max_new_tokens`` when alpha > 0).
     eos_id : int, optional
         The end token: a beam that produces it is finished (the token included).
     penalty : {"gnmt", "transformers"}, default "gnmt"
-        The length penalty lp(n) that divides a hypothesis' summed log-probability, n being the
-        number of generated tokens: "gnmt" is ``((5 + n) / 6) ** alpha`` (Wu et al. 2016, eq. 14),
-        "transformers" is ``n ** alpha`` (Hugging Face's convention, whose search this follows).
+        lp(n) for n generated tokens: ``((5 + n) / 6) ** alpha`` (Wu et al. 2016, eq. 14) or
+        ``n ** alpha`` (Hugging Face's).
     use_cache : bool, default True
-        False recomputes the whole context of every beam at every step (the slow reference:
-        the same sequences, and the same scores up to rounding).
+        False recomputes every beam's context at every step (the slow reference).
 
     Returns
     -------
     sequences : ndarray of int64, shape (1, T0 + L), 1 <= L <= max_new_tokens
         The prompt followed by the best hypothesis (ending with ``eos_id`` if it produced it).
     scores : ndarray of float64, shape (1,)
-        Its score: summed log-probability / lp(L) (transformers' ``sequences_scores``).
-
-    Notes
-    -----
-    .. math:: s(Y) = \frac{\log P(Y \mid X)}{lp(Y)}, \qquad
-              lp(Y) = \left(\frac{5 + |Y|}{6}\right)^{\alpha}
-              \ \text{(GNMT)} \quad\text{or}\quad |Y|^{\alpha}\ \text{(transformers)}
-
-    The search is transformers' (``generate(num_beams=...)``, version 5): at each step the
-    ``2 * num_beams`` best continuations of all beams are taken; those among the first
-    ``num_beams`` that end (the end token, or ``max_new_tokens``) join the finished hypotheses,
-    of which the best ``num_beams`` are kept; the first ``num_beams`` that do not end are the
-    new beams. GNMT's coverage penalty (for translation) is not applied.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np.model import LanguageModel, LanguageModelConfig
-    >>> lm = LanguageModel(LanguageModelConfig(vocab_size=10, d_model=16, n_heads=2), rng=0)
-    >>> seq, score = beam_search(lm, np.array([[1, 2, 3]]), 5, num_beams=3, eos_id=0)
-    >>> seq.shape[0], 4 <= seq.shape[1] <= 8, bool(score[0] < 0)
-    (1, True, True)
+        Its summed log-probability / lp(L) (transformers' ``sequences_scores``).
     """
     T0 = prompt.shape[1]
     with model.evaluation_mode():
@@ -128,13 +100,10 @@ def beam_search(
 # --8<-- [start:search]
 def search(logits, advance, max_new_tokens, num_beams, length_penalty, early_stopping, eos_id,
            penalty, suppress=None):  # fmt: skip
-    """The search itself, for any model: the best hypothesis (n,) and its score.
-
-    ``logits`` (1, V) are those of the first token; ``advance(rows, tokens)`` gives the next
-    logits (R, V) of the new beams, row i continuing old beam ``rows[i]`` with the generated
-    tokens ``tokens[i]`` (R, n): it moves the model's state (the cache) to follow them. A
-    ``suppress`` token is never chosen: its log-probability is set to -inf after the
-    log-softmax (transformers' ``suppress_tokens``), so the others keep theirs.
+    """The search, for any model: the best hypothesis (n,) and its score. ``logits`` (1, V) are the
+    first token's; ``advance(rows, tokens)`` moves the model's cache to the new beams (row i
+    continues old beam ``rows[i]`` with ``tokens[i]``, (R, n)) and gives their next logits (R, V);
+    a ``suppress`` token gets log-probability -inf after the log-softmax. Page: decoding.md.
     """
     V = logits.shape[-1]
     K = 2 * num_beams  # candidates per step: enough for num_beams beams that do not end
@@ -205,14 +174,9 @@ def translate_beams(
     use_cache,
 ):  # fmt: skip
     """Beam search with an encoder-decoder :class:`~transformer_np.model.Transformer`, for
-    checked arguments (see :func:`~transformer_np.decoding.translate`): the best hypothesis of
-    each source row, [(tokens (n,), score)], by the search of :func:`beam_search`.
-
-    The encoder runs once; each row's beams are the rows of its decoder's caches (the
-    self-attention's and the cross-attention's, expanded from one row to ``num_beams`` and
-    reordered as the beams are chosen). The padding token is never generated (its
-    log-probability is -inf; the other tokens keep the model's).
-    """
+    checked arguments (see :func:`~transformer_np.decoding.translate`): [(tokens (n,), score)], the
+    best hypothesis of each source row. The encoder runs once; each row's beams are the rows of its
+    decoder's self- and cross-attention caches; the padding token is never generated."""
     pad = model.config.pad_id
     bos = np.full((1, 1), bos_id, dtype=np.int64)  # (1, 1): every target starts with BOS
     best = []

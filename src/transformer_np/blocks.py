@@ -30,18 +30,10 @@ __all__ = ["DecoderBlock", "EncoderBlock"]
 
 
 class EncoderBlock(Module):
-    r"""One encoder layer: self-attention and a feed-forward network, each with a residual
-    connection and a normalisation.
-
-    Post-LN (``norm_first=False``, the paper):
-
-    .. math:: h = \mathrm{LayerNorm}_1(x + \mathrm{MultiHead}(x)), \qquad
-              y = \mathrm{LayerNorm}_2(h + \mathrm{FFN}(h))
-
-    Pre-LN (``norm_first=True``, GPT-2 and most recent models):
-
-    .. math:: h = x + \mathrm{MultiHead}(\mathrm{LayerNorm}_1(x)), \qquad
-              y = h + \mathrm{FFN}(\mathrm{LayerNorm}_2(h))
+    """One encoder layer: self-attention and a feed-forward network, each with a residual
+    connection and a normalisation: post-LN (the paper) ``h = LN(x + MHA(x))``, or pre-LN
+    (GPT-2 and most recent models) ``h = x + MHA(LN(x))``, then the same around the FFN.
+    Page: transformer.md.
 
     Parameters
     ----------
@@ -62,24 +54,13 @@ class EncoderBlock(Module):
         ``FeedForward(d_model, d_ff, activation)``); the LLaMA block passes grouped-query
         attention with RoPE and SwiGLU.
     norm : class, default LayerNorm
-        The normalisation, built twice as ``norm(d_model, eps, dtype=dtype)`` (RMSNorm for
-        LLaMA).
+        The normalisation, built twice as ``norm(d_model, eps, dtype=dtype)`` (RMSNorm for LLaMA).
 
     Attributes
     ----------
     attn, norm1, ff, norm2, drop1, drop2 : Module
     attention_weights : ndarray of shape (B, H, T, T), or None
         The attention weights of the last call.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import EncoderBlock, padding_mask
-    >>> rng = np.random.default_rng(0)
-    >>> block = EncoderBlock(d_model=16, n_heads=4, d_ff=64, rng=rng)
-    >>> y = block(rng.standard_normal((2, 5, 16)), mask=padding_mask([5, 3]))
-    >>> y.shape, block.attention_weights.shape
-    ((2, 5, 16), (2, 4, 5, 5))
     """
 
     check_init, check_call = check_encoder_block_init, check_encoder_block_call
@@ -188,8 +169,9 @@ class EncoderBlock(Module):
 
 
 class DecoderBlock(Module):
-    r"""One decoder layer: masked self-attention, cross-attention to the encoder output
+    """One decoder layer: masked self-attention, cross-attention to the encoder output
     ("memory"), and a feed-forward network, each with a residual connection and LayerNorm.
+    Page: transformer.md.
 
     Parameters
     ----------
@@ -201,16 +183,6 @@ class DecoderBlock(Module):
     self_attn, norm1, cross_attn, norm2, ff, norm3 : Module
     self_attention_weights : ndarray of shape (B, H, T, T), or None
     cross_attention_weights : ndarray of shape (B, H, T, S), or None
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import DecoderBlock, causal_mask
-    >>> rng = np.random.default_rng(0)
-    >>> block = DecoderBlock(d_model=16, n_heads=4, d_ff=64, rng=rng)
-    >>> x, memory = rng.standard_normal((2, 5, 16)), rng.standard_normal((2, 7, 16))
-    >>> block(x, memory, self_mask=causal_mask(5)).shape
-    (2, 5, 16)
     """
 
     check_init, check_call = check_decoder_block_init, check_decoder_block_call

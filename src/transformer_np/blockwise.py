@@ -1,10 +1,5 @@
-"""Memory-efficient attention: the online softmax of FlashAttention, tile by tile.
-
-``scaled_dot_product_attention`` builds the whole ``(n_q, n_k)`` matrix of scores for every
-head; at n = 16384 and 8 heads that is 8.6 GB of float32. :func:`blockwise_attention` computes
-the same output one ``(tile, tile)`` tile at a time and keeps only, for every query row, a
-running maximum ``m``, a running sum ``l`` and a running weighted sum ``acc``: memory
-``O(tile^2 + n d)`` per head instead of ``O(n^2)``.
+"""Memory-efficient attention: the online softmax of FlashAttention, tile by tile, with memory
+``O(tile^2 + n d)`` per head instead of ``O(n^2)``. Page: efficient-attention.md.
 """
 
 from __future__ import annotations
@@ -38,10 +33,12 @@ def blockwise_attention(
     causal: bool = False,
     bias: Float[np.ndarray, "..."] | None = None,
 ):
-    r"""Scaled dot-product attention computed tile by tile, without the ``(n_q, n_k)`` matrix.
+    """Scaled dot-product attention computed tile by tile, without the ``(n_q, n_k)`` matrix.
 
-    The result equals ``scaled_dot_product_attention(q, k, v, mask)[0]`` (up to rounding), but
-    the scores are never stored for more than one ``(tile_size, tile_size)`` tile per head.
+    The result equals ``scaled_dot_product_attention(q, k, v, mask)[0]`` up to rounding, but the
+    scores are never stored for more than one ``(tile_size, tile_size)`` tile per head. For each
+    query row it keeps a running maximum m, sum l and weighted sum a of the values; the output
+    is a / l. Page: efficient-attention.md.
 
     Parameters
     ----------
@@ -52,55 +49,25 @@ def blockwise_attention(
     v : ndarray of shape (..., n_k, d_v)
         Values.
     mask : array_like, broadcastable to (..., n_q, n_k), optional
-        Nonzero/True where query i may attend to key j, zero/False where it is blocked.
-        A padding mask of shape ``(..., 1, n_k)`` costs O(n_k) memory; an explicit causal mask
-        costs O(n_q n_k) bytes, so prefer ``causal=True`` for long sequences.
+        True where query i may attend to key j. An explicit causal mask costs O(n_q n_k) bytes:
+        prefer ``causal=True`` for long sequences.
     tile_size : int, default 256
-        Rows of queries and of keys per tile. Any positive integer; it need not divide n.
+        Rows of queries and of keys per tile, any positive integer.
     causal : bool, default False
-        Let query i attend only to keys j <= i, as with ``mask=causal_mask(n)``, without
-        building that mask. Combined with ``mask`` (both must allow a position) if both are
-        given.
+        Query i attends only to keys j <= i, without building the mask (and with ``mask`` if given).
     bias : ndarray of float, broadcastable to (..., n_q, n_k), optional
-        Added to the scaled scores before the softmax, as in ``scaled_dot_product_attention``
-        (``-inf`` blocks). A full ``(n_q, n_k)`` bias costs O(n_q n_k) memory.
+        Added to the scaled scores before the softmax (``-inf`` blocks).
 
     Returns
     -------
     output : ndarray of shape (..., n_q, d_v)
-        The attention output. A query row that every key is blocked for gets 0, as in
-        ``scaled_dot_product_attention``.
+        A query row that every key is blocked for gets 0, as in ``scaled_dot_product_attention``.
 
     Raises
     ------
     TypeError, ValueError
-        The errors of ``scaled_dot_product_attention`` for bad ``q``, ``k``, ``v`` or ``mask``;
-        and for a ``tile_size`` that is not a positive integer.
-
-    Notes
-    -----
-    For each query row and each tile of keys :math:`j \in J` (scores
-    :math:`s_j = q \cdot k_j / \sqrt{d_k}`, blocked positions :math:`s_j = -\infty`):
-
-    .. math::
-
-        m' &= \max(m, \max_{j \in J} s_j) \\
-        l' &= e^{m - m'} \, l + \sum_{j \in J} e^{s_j - m'} \\
-        a' &= e^{m - m'} \, a + \sum_{j \in J} e^{s_j - m'} \, v_j
-
-    starting from :math:`m = -\infty`, :math:`l = 0`, :math:`a = 0`. After the last tile the
-    output is :math:`a / l`, which is :math:`\sum_j \operatorname{softmax}(s)_j \, v_j`.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import blockwise_attention, scaled_dot_product_attention
-    >>> rng = np.random.default_rng(0)
-    >>> q, k, v = (rng.standard_normal((2, 100, 16)) for _ in range(3))
-    >>> out = blockwise_attention(q, k, v, tile_size=32)
-    >>> ref, _ = scaled_dot_product_attention(q, k, v)
-    >>> bool(np.allclose(out, ref, atol=1e-12))
-    True
+        The errors of ``scaled_dot_product_attention`` for bad ``q``, ``k``, ``v`` or ``mask``,
+        and a ``tile_size`` that is not a positive integer.
     """
     dtype = q.dtype  # of q, k and v: float16 is computed in float32, then given back
     q, k, v = (to_compute(t) for t in (q, k, v))
@@ -147,11 +114,8 @@ def tile_of(a, qs, qe, ks, ke):
 
 # --8<-- [start:query_tile]
 def attend_query_tile(q, k, v, mask, bias, causal, scale, qs, qe, tile_size, out) -> None:
-    """Attention output of the query rows ``qs:qe``, visiting the keys one tile at a time.
-
-    The running state of each query row: ``row_max`` (m in the Notes of
-    :func:`blockwise_attention`), ``row_sum`` (l) and ``acc`` (a).
-    """
+    """Attention output of the query rows ``qs:qe``, visiting the keys one tile at a time, with
+    each row's running maximum ``row_max`` (m), sum ``row_sum`` (l) and ``acc`` (a)."""
     n_k = k.shape[-2]
     q_tile = q[..., qs:qe, :] * scale  # (..., bq, d_k), scaled once here, not in every tile
     row_max = np.full(q_tile.shape[:-1], -np.inf, dtype=q.dtype)  # (..., bq)

@@ -1,14 +1,10 @@
-"""Checkpoints: saving a model to an ``.npz`` file and loading it back, with no pickle.
+"""Checkpoints: a model saved to a plain ``.npz`` file and loaded back, with no pickle.
+Page: training.md ("Saving and loading a model").
 
-A checkpoint is a plain ``.npz`` archive written with ``np.savez``: one array per parameter
-(``param/<name>``), the arrays passed as ``extra`` (``extra/<name>``), the configuration as a
-JSON string (``config``) and the format tag ``format`` = :data:`FORMAT`. It is read back with
-``allow_pickle=False``, so loading a checkpoint never runs code from the file.
-
-Saving is atomic: the archive is written to a temporary file in the destination's folder and
-then moved onto the destination in one step, so an interrupted save leaves no half-written file
-and does not lose the file that was there before. An existing file is only replaced when the
-caller says so (``overwrite=True``).
+The archive holds ``param/<name>`` per parameter, ``extra/<name>`` per extra array, the
+configuration as JSON (``config``) and the tag ``format`` = :data:`FORMAT`. It is read with
+``allow_pickle=False``, so loading never runs code from the file; saving is atomic
+(:func:`write_atomically`).
 """
 
 from __future__ import annotations
@@ -45,72 +41,20 @@ _READ_ERRORS = (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile)
 
 
 def checkpoint_path(path, overwrite=False, *, argument="path", overwrite_option="overwrite=True"):
-    """The file a checkpoint saved at ``path`` is written to, checked before any work is done.
+    """The ``.npz`` file a checkpoint saved at ``path`` goes to, checked before any work is done.
 
-    Call it before a long computation whose result will be saved (``fit`` and the demos' ``--save``
-    do), so that a path that cannot be written fails at once and not after the computation.
-
-    The rules: a name ending in ``.npz`` is used as it is; a name with no suffix gets ``.npz``
-    added (``"runs/model"`` -> ``"runs/model.npz"``); any other suffix (``"model.pt"``) is an
-    error, as is a path naming a folder (an existing directory, or a path ending in ``/``):
-    nothing is ever written beside or inside a folder under a name the caller did not give.
-
-    Parameters
-    ----------
-    path : str or path-like
-        Where the checkpoint is to be saved.
-    overwrite : bool, default False
-        Whether an existing file at the destination may be replaced.
-    argument : str, default "path"
-        How the error messages name the path (``"checkpoint"`` for :func:`fit`, ``"--save"`` for
-        a command line).
-    overwrite_option : str, default "overwrite=True"
-        What the error message tells the caller to pass to replace an existing file
-        (``"--overwrite"`` for a command line).
-
-    Returns
-    -------
-    str
-        The destination, ending in ``.npz``.
-
-    Raises
-    ------
-    TypeError
-        If ``path`` is not a str or path-like.
-    ValueError
-        If ``path`` has a suffix other than ``.npz``, or names a folder (ends in ``/``).
-    IsADirectoryError
-        If ``path``, or the destination, is an existing directory.
-    FileNotFoundError
-        If the destination's directory does not exist.
-    FileExistsError
-        If the destination exists and ``overwrite`` is False.
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> with tempfile.TemporaryDirectory() as folder:
-    ...     os.path.basename(checkpoint_path(os.path.join(folder, "model")))
-    'model.npz'
+    ``.npz`` is kept, a name with no suffix gets it (``"runs/model"`` -> ``"runs/model.npz"``);
+    another suffix, a folder, a missing directory or (without ``overwrite``) an existing file is
+    an error. ``argument`` and ``overwrite_option`` are how the messages name the path and the
+    option that replaces a file (``"--save"``, ``"--overwrite"`` for a command line).
     """
     return check_save_path(path, overwrite, argument, overwrite_option)
 
 
 def write_atomically(target, write, overwrite, what="model"):
-    """Write a file to ``target`` in one step, never half a file: ``write(file)`` fills it.
-
-    The file (``what`` names it in the error) is first written, and flushed to disk, inside a
-    temporary directory created next to ``target`` (a plain ``open`` there gives the file the
-    usual permissions, which ``mkstemp``'s owner-only file would not), then moved onto
-    ``target``:
-
-    * ``overwrite=True``: ``os.replace``, atomic, replaces any file at ``target``;
-    * ``overwrite=False``: ``os.link``, atomic too, and it fails if a file appeared at ``target``
-      since :func:`checkpoint_path` checked it, so that file is not replaced. On a file system
-      without hard links the existence is checked once more just before ``os.replace``.
-
-    On any error, an interruption included, the temporary directory is removed with what it holds.
-    """
+    """Write ``target`` in one step, never half a file: ``write(file)`` fills a file in a temporary
+    directory beside it (the usual permissions, unlike ``mkstemp``'s), then moved onto ``target``:
+    ``os.replace`` with ``overwrite``, else ``os.link``, which fails if a file appeared there."""
     real = os.path.realpath(target)  # through a symbolic link, replace the file, not the link
     folder, name = os.path.split(real)
     with tempfile.TemporaryDirectory(dir=folder, prefix=f".{name}.") as scratch:
@@ -144,25 +88,20 @@ def _arrays_to_save(model, extra):
 
 @checked(check_save_model, every_call=True)
 def save_model(path, model, *, extra=None, overwrite=False):
-    """Save a model's configuration and parameters to an ``.npz`` file (no pickle).
-
-    The archive is written to a temporary file in the same directory and then moved into place
-    in one step, so an interrupted save never leaves a half-written file, nor loses the file
-    that was there before.
+    """Save a model's configuration and parameters to an ``.npz`` file (no pickle), in one step:
+    an interrupted save never leaves half a file, nor loses the file that was there. Page:
+    training.md.
 
     Parameters
     ----------
     path : str or path-like
-        Destination: a name ending in ``.npz``, or with no suffix (``.npz`` is added); its
-        directory must exist. Another suffix, or a folder, is an error (the rules of
-        :func:`checkpoint_path`). A writable binary file object is also accepted (written
-        directly).
+        A name ending in ``.npz``, or with no suffix (``.npz`` is added), in an existing directory
+        (the rules of :func:`checkpoint_path`); or a writable binary file object.
     model : Transformer or LanguageModel
     extra : dict of str to ndarray, optional
-        More arrays to store (e.g. a vocabulary as an array of str), under ``extra/<name>``.
+        More arrays to store (a vocabulary as an array of str, say), under ``extra/<name>``.
     overwrite : bool, default False
-        What to do if ``path`` exists: False raises FileExistsError (a file of yours is never
-        replaced by accident), True replaces it.
+        Whether an existing ``path`` is replaced; False raises FileExistsError.
 
     Raises
     ------
@@ -178,17 +117,6 @@ def save_model(path, model, *, extra=None, overwrite=False):
         If ``path`` exists and ``overwrite=False``.
     FileNotFoundError
         If the directory of ``path`` does not exist.
-
-    Examples
-    --------
-    >>> import tempfile, os
-    >>> from transformer_np.model import LanguageModel, LanguageModelConfig
-    >>> m = LanguageModel(LanguageModelConfig(vocab_size=5, d_model=8, n_heads=2), rng=0)
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     save_model(os.path.join(d, "m.npz"), m)
-    ...     m2 = load_model(os.path.join(d, "m.npz"))
-    >>> bool((m2.params["embed.W"] == m.params["embed.W"]).all())
-    True
     """
     arrays = _arrays_to_save(model, extra)
     if hasattr(path, "write"):  # a file object: written as it is
@@ -291,7 +219,7 @@ def _model_config(config, where):
 
 @checked(check_load_model)
 def load_model(path, *, return_extra=False):
-    """Load a model saved by :func:`save_model` (``allow_pickle=False``).
+    """Load a model saved by :func:`save_model` (``allow_pickle=False``), in evaluation mode.
 
     Parameters
     ----------
@@ -302,7 +230,6 @@ def load_model(path, *, return_extra=False):
     Returns
     -------
     model : Transformer or LanguageModel
-        In evaluation mode.
     extra : dict
         Only with ``return_extra=True``: the arrays saved with ``extra=``.
 
@@ -313,14 +240,10 @@ def load_model(path, *, return_extra=False):
     IsADirectoryError
         If ``path`` is a directory.
     ValueError
-        If the file is not a checkpoint written by :func:`save_model` (another format, a
-        truncated or corrupted file, a missing or invalid configuration) or holds parameters
-        of the wrong name, shape or type, or NaN/inf (also a value too large for the model's
-        dtype, which would become inf). The message names the file and the parameter.
-
-    Examples
-    --------
-    See :func:`save_model`.
+        If the file is not a checkpoint of :func:`save_model` (another format, truncated or
+        corrupted, a missing or invalid configuration) or holds parameters of the wrong name,
+        shape or type, or not finite in the model's dtype. The message names the file and the
+        parameter.
     """
     where = _file_name_in_messages(path)
     # 1. read the archive, 2. rebuild the configuration, 3. the model with the saved parameters

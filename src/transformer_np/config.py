@@ -36,14 +36,7 @@ class JsonConfig:
 
 @dataclass(frozen=True)
 class TransformerConfig(JsonConfig):
-    """Hyper-parameters of the encoder-decoder :class:`Transformer`.
-
-    Examples
-    --------
-    >>> cfg = TransformerConfig(src_vocab_size=13, tgt_vocab_size=13, d_model=32, n_heads=4)
-    >>> cfg.d_ff, cfg.norm_first
-    (128, False)
-    """
+    """Hyper-parameters of the encoder-decoder :class:`Transformer`. Page: transformer.md."""
 
     src_vocab_size: int  # tokens the encoder reads, pad_id included
     tgt_vocab_size: int  # tokens the decoder reads and predicts
@@ -69,14 +62,7 @@ class TransformerConfig(JsonConfig):
 
 @dataclass(frozen=True)
 class LanguageModelConfig(JsonConfig):
-    """Hyper-parameters of the decoder-only :class:`LanguageModel`.
-
-    Examples
-    --------
-    >>> cfg = LanguageModelConfig(vocab_size=50, n_layers=3)
-    >>> cfg.d_ff, cfg.norm_first
-    (256, True)
-    """
+    """Hyper-parameters of the decoder-only :class:`LanguageModel`. Page: transformer.md."""
 
     vocab_size: int  # number of token ids V
     d_model: int = 64  # model width D
@@ -99,17 +85,8 @@ class LanguageModelConfig(JsonConfig):
 
 @dataclass(frozen=True)
 class LlamaConfig(JsonConfig):
-    """Hyper-parameters of the modern decoder-only :class:`~transformer_np.llama.LlamaModel`.
-
-    The defaults are those of SmolLM2-135M (read from its GGUF file by
-    :func:`transformer_np.pretrained.load_smollm2`).
-
-    Examples
-    --------
-    >>> cfg = LlamaConfig(vocab_size=100, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64)
-    >>> cfg.d_model // cfg.n_heads, cfg.n_heads // cfg.n_kv_heads
-    (8, 2)
-    """
+    """Hyper-parameters of the modern decoder-only :class:`~transformer_np.llama.LlamaModel`; the
+    defaults are SmolLM2-135M's. Page: modern-block.md."""
 
     vocab_size: int = 49152  # V: token ids (byte-level BPE)
     d_model: int = 576  # D: width of the residual stream

@@ -1,12 +1,9 @@
-r"""Generating tokens with a key/value cache: generate, stream and translate.
+"""Generating tokens with a key/value cache: :func:`generate`, :func:`stream` and :func:`translate`.
 
-Each step runs the model on the new token only: the keys and values of the earlier positions
-are kept in the model's cache (``model.new_cache``), and the encoder output of a
-:class:`~transformer_np.model.Transformer` is computed once. With ``use_cache=False`` every step
-recomputes the whole context: the slow reference, which gives the same tokens. Each token is
-chosen by :func:`~transformer_np.sampling.sample_next`. For one new token with the cache, the
-model runs its layers' ``decode_step`` on (B, D) rows (``model.one_token_forward()``: the same
-logits up to rounding, with fewer NumPy calls). Page: decoding.md.
+Each step runs the model on the new token only (its layers' ``decode_step``, through
+``model.one_token_forward()``), and each token is chosen by
+:func:`~transformer_np.sampling.sample_next`. ``use_cache=False`` recomputes the whole context
+at every step: the slow reference, which gives the same tokens. Page: decoding.md.
 
 Shape glossary: B batch, T0 prompt length, S source length, V vocabulary.
 """
@@ -45,61 +42,34 @@ def generate(
     """Continue ``prompt`` with a :class:`~transformer_np.model.LanguageModel` (or a
     :class:`~transformer_np.llama.LlamaModel`): the tokens of :func:`stream`, collected.
 
-    The model runs in evaluation mode (dropout off) and is left in the mode it was in.
+    The model runs in evaluation mode and is left in the mode it was in. Page: decoding.md.
 
     Parameters
     ----------
     model : LanguageModel or LlamaModel
     prompt : ndarray of int, shape (B, T0)
-        Token ids to continue (at least one per row, ``T0 <= config.max_len``).
+        Token ids to continue, ``1 <= T0 <= config.max_len``.
     max_new_tokens : int
-        How many tokens to add (beyond ``config.max_len`` too: see ``keep``), as many as fit in
-        memory: the result is returned whole (:func:`stream` keeps none).
-    temperature : float, default 0.0
-        0 = greedy; otherwise sampling at this temperature (see
-        :func:`~transformer_np.sampling.sample_next`).
-    top_k : int, optional
-    top_p : float, optional
-        Nucleus sampling: ``0 < top_p <= 1``, None or 1.0 for no cut (see
-        :func:`~transformer_np.sampling.sample_next`).
-    rng : np.random.Generator or int, optional
+        How many tokens to add, beyond ``config.max_len`` too (see ``keep``).
+    temperature, top_k, top_p, rng
+        As in :func:`~transformer_np.sampling.sample_next`; ``temperature=0`` (the default) is
+        greedy.
     use_cache : bool, default True
         False recomputes the whole context at every step (the slow reference).
     keep : int, optional
-        The model never reads more than ``config.max_len`` tokens (the positions it was trained
-        on). When the context is full, it restarts from its last ``keep`` tokens (default
-        ``max_len // 2``), at positions 0 .. keep - 1: with the cache, that is one new prefill.
-        Both paths apply the same rule, so they give the same tokens. A model with
-        ``max_len = 1`` has no room for a window that slides (``keep`` must be in
-        ``[1, max_len)``): it can only add one token to a one-token prompt.
+        When the context is full (``config.max_len`` tokens), the model restarts from its last
+        ``keep`` tokens (default ``max_len // 2``, in ``[1, max_len)``), at positions 0 .. keep - 1.
     num_beams : int, default 1
-        1 decodes greedily or samples, as above. More runs
-        :func:`~transformer_np.beam.beam_search` with ``length_penalty``, ``early_stopping``,
-        ``eos_id`` and ``penalty`` (one prompt, B = 1; no sampling argument, no ``keep``).
-    length_penalty : float, default 0.6
-    early_stopping : bool or "never", default False
-    eos_id : int, optional
-        Beam search only: the end token (greedy decoding and sampling do not stop: break out
-        of :func:`stream` instead).
-    penalty : {"gnmt", "transformers"}, default "gnmt"
+        More runs :func:`~transformer_np.beam.beam_search` (B = 1, no sampling, no ``keep``).
+    length_penalty, early_stopping, eos_id, penalty
+        Beam search only, as in :func:`~transformer_np.beam.beam_search` (greedy decoding and
+        sampling do not stop at an end token: break out of :func:`stream`).
 
     Returns
     -------
     ndarray of int64, shape (B, T0 + max_new_tokens)
-        The prompt followed by the new tokens. With ``num_beams > 1``: shape (1, T0 + L),
-        the best hypothesis, ``L <= max_new_tokens`` (shorter when it ends with ``eos_id``).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np.model import LanguageModel, LanguageModelConfig
-    >>> cfg = LanguageModelConfig(vocab_size=10, d_model=16, n_heads=2, max_len=8)
-    >>> lm = LanguageModel(cfg, rng=0)
-    >>> out = generate(lm, np.array([[1, 2, 3]]), 12)  # longer than max_len: the window slides
-    >>> out.shape
-    (1, 15)
-    >>> bool((out == generate(lm, np.array([[1, 2, 3]]), 12, use_cache=False)).all())
-    True
+        The prompt and the new tokens. With ``num_beams > 1``, (1, T0 + L): the best hypothesis,
+        ``L <= max_new_tokens`` (shorter when it ends with ``eos_id``).
     """
     if num_beams > 1:  # the most probable sequence, not one token at a time
         sequences, _ = beam_search(
@@ -147,24 +117,14 @@ def stream(
 ):
     """Like :func:`generate`, but yield the new tokens one step at a time, as they come.
 
-    The arguments are checked when ``stream`` is called, before the first step. Only the
-    window the model reads is kept, so ``max_new_tokens`` has no limit but time.
+    The arguments are checked when ``stream`` is called. Only the window the model reads is kept,
+    so ``max_new_tokens`` has no limit but time. Stop iterating (``break``) to end early, at an
+    end-of-turn token say: the model is put back in the mode it was in.
 
     Yields
     ------
     ndarray of int64, shape (B,)
-        The token chosen for each sequence at this step. Stop iterating (``break``) to end
-        generation early, e.g. at an end-of-turn token; the model is then put back in the mode
-        it was in.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np.model import LanguageModel, LanguageModelConfig
-    >>> lm = LanguageModel(LanguageModelConfig(vocab_size=10, d_model=16, n_heads=2), rng=0)
-    >>> steps = [int(t[0]) for t in stream(lm, np.array([[1, 2, 3]]), 5)]
-    >>> steps == generate(lm, np.array([[1, 2, 3]]), 5)[0, 3:].tolist()
-    True
+        The token chosen for each sequence at this step.
     """
     max_len = model.config.max_len
     size = min(max_len, prompt.shape[1] + max_new_tokens)  # the cache never holds more
@@ -212,7 +172,8 @@ def translate(
 ):
     """Generate target sequences for ``src`` with an encoder-decoder :class:`Transformer`.
 
-    The model runs in evaluation mode (dropout off) and is left in the mode it was in.
+    The model runs in evaluation mode and is left in the mode it was in. The padding token is
+    never generated (its logit is -inf). Page: decoding.md.
 
     Parameters
     ----------
@@ -220,54 +181,26 @@ def translate(
     src : ndarray of int, shape (B, S)
         Source ids (padding = ``model.config.pad_id``).
     max_len : int
-        Maximum number of generated tokens (BOS excluded), at most ``config.max_len`` (the
-        decoder reads BOS and the first ``max_len - 1`` of them).
+        The most tokens generated (BOS excluded), at most ``config.max_len``.
     bos_id : int
-        The token that starts every target; not ``pad_id`` (the decoder masks padding).
+        The token that starts every target; not ``pad_id``.
     eos_id : int, optional
-        A sequence that produces it is finished: the positions after it are filled with
-        ``pad_id`` (or ``eos_id`` without padding), and generation stops when every sequence
-        has finished. Not ``pad_id``, which is never generated.
+        Ends a sequence: the positions after it get ``pad_id`` (or ``eos_id`` without padding), and
+        generation stops when every sequence has ended. Not ``pad_id``.
     temperature, top_k, top_p, rng
         As in :func:`~transformer_np.sampling.sample_next`; ``temperature=0`` is greedy decoding.
     use_cache : bool, default True
     num_beams : int, default 1
-        1 decodes greedily or samples, as above. More runs a beam search for each source
-        (the search of :func:`~transformer_np.beam.beam_search`, no sampling argument): the
-        encoder runs once, and each source's ``num_beams`` beams are rows of the decoder's
-        caches, reordered as the beams are chosen. ``2 * num_beams`` must not exceed the
-        tokens that can be generated (``tgt_vocab_size``, less the padding token).
-    length_penalty : float, default 0.6
-        The exponent alpha of the length penalty (the paper decodes with 4 beams and 0.6).
-    early_stopping : bool or "never", default False
-    penalty : {"gnmt", "transformers"}, default "gnmt"
-        As in :func:`~transformer_np.beam.beam_search`.
+        More runs a beam search per source (:func:`~transformer_np.beam.beam_search`'s, no sampling
+        argument); ``2 * num_beams`` must not exceed ``tgt_vocab_size`` less the padding token.
+    length_penalty, early_stopping, penalty
+        As in :func:`~transformer_np.beam.beam_search` (the paper decodes with 4 beams and 0.6).
 
     Returns
     -------
     ndarray of int64, shape (B, L), L <= max_len
-        The generated tokens without BOS (EOS included where produced). With
-        ``num_beams > 1``: each source's best hypothesis, the shorter ones filled as after EOS.
-
-    Notes
-    -----
-    The padding token is never generated (its logit is set to -inf): it is not a word, and
-    the decoder masks it as a key. Beam search sets its log-probability to -inf after the
-    log-softmax, so the other tokens keep the model's log-probabilities in the scores (as
-    transformers' ``suppress_tokens``).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np.model import Transformer, TransformerConfig
-    >>> cfg = TransformerConfig(src_vocab_size=8, tgt_vocab_size=8, d_model=16, n_heads=2)
-    >>> model = Transformer(cfg, rng=0)
-    >>> out = translate(model, np.array([[3, 4, 5, 0]]), 6, bos_id=1, eos_id=2)
-    >>> out.shape[0], out.shape[1] <= 6
-    (1, True)
-    >>> beams = translate(model, np.array([[3, 4, 5, 0]]), 6, bos_id=1, eos_id=2, num_beams=3)
-    >>> beams.shape[0], beams.shape[1] <= 6
-    (1, True)
+        The generated tokens without BOS (EOS included where produced). With ``num_beams > 1``,
+        each source's best hypothesis, the shorter ones filled as after EOS.
     """
     pad = model.config.pad_id
     fill = pad if pad is not None else eos_id  # after EOS

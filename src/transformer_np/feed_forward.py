@@ -19,7 +19,7 @@ __all__ = ["FeedForward"]
 
 
 class FeedForward(Module):
-    r"""Position-wise feed-forward network: two Linear layers with an activation between.
+    """Position-wise feed-forward network, ``act(x W_1 + b_1) W_2 + b_2``. Page: feed-forward.md.
 
     Parameters
     ----------
@@ -40,22 +40,6 @@ class FeedForward(Module):
         d_ff -> D.
     params : NestedParams
         Live view with keys ``linear1.W``, ``linear1.b``, ``linear2.W``, ``linear2.b``.
-
-    Notes
-    -----
-    .. math:: \mathrm{FFN}(x) = \mathrm{act}(x W_1 + b_1)\, W_2 + b_2
-
-    After a call ``self.cache`` holds ``h``, the hidden pre-activation (N, d_ff), and, for GELU
-    in training mode, ``slope``, the derivative GELU'(h) computed with it (``None``
-    otherwise: the backward pass then computes it from ``h``); each Linear keeps its own cache.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import FeedForward
-    >>> ff = FeedForward(8, 32, rng=np.random.default_rng(0))
-    >>> ff(np.ones((2, 3, 8))).shape
-    (2, 3, 8)
     """
 
     check_init, check_call = check_feed_forward_init, check_feed_forward_call
@@ -102,29 +86,8 @@ class FeedForward(Module):
     # --8<-- [end:feed_forward]
 
     def backward(self, grad_output):
-        r"""Backward pass of the last call.
-
-        Parameters
-        ----------
-        grad_output : ndarray of shape (..., D)
-            dL/dy.
-
-        Returns
-        -------
-        ndarray of shape (..., D)
-            dL/dx. ``self.grads`` (a live view like ``params``) holds the gradients of both
-            Linear layers.
-
-        Notes
-        -----
-        With :math:`h = x W_1 + b_1` the hidden pre-activation and :math:`\delta = g W_2^\top`:
-
-        .. math:: \frac{\partial L}{\partial h} = \delta \odot \mathrm{act}'(h), \qquad
-                  \mathrm{ReLU}'(h) = [h > 0], \qquad
-                  \mathrm{GELU}'(h) = \Phi(h) + h\, \varphi(h)
-
-        with :math:`\Phi` and :math:`\varphi` the standard normal CDF and density.
-        """
+        """dL/dy (..., D) -> dL/dx (..., D); ``grads`` gets both Linear layers'. GELU'(h) = Phi(h) +
+        h phi(h), saved by a forward pass in training mode. Page: feed-forward.md."""
         cache = self.saved()
         h = cache["h"]  # (N, d_ff)
         g = as_grad(grad_output, self.linear2.cache["shape"][:-1] + (self.d_model,), h.dtype)

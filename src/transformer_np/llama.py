@@ -1,22 +1,6 @@
-r"""A modern decoder-only language model (LLaMA, SmolLM2): the 2017 block with new parts.
-
-A LLaMA block is the pre-LN block of GPT-2 (:class:`~transformer_np.EncoderBlock` with
-``norm_first=True`` and a causal mask) with three of its sublayers replaced:
-
-=====================  ==========================  ======================================
-sublayer               2017 / GPT-2                LLaMA, SmolLM2
-=====================  ==========================  ======================================
-normalisation          LayerNorm (mean and bias)   :class:`~transformer_np.RMSNorm`
-positions              sinusoids added once        RoPE in every attention layer
-attention              multi-head, with biases     grouped-query, no biases
-feed-forward           ReLU/GELU, 4 D, biases      :class:`~transformer_np.SwiGLU`, no biases
-=====================  ==========================  ======================================
-
-:class:`LlamaBlock` therefore only builds other sublayers: its ``forward`` is the encoder
-block's, ``x + Attn(Norm(x))`` then ``h + FFN(Norm(h))``, and so is its ``backward``. The
-output layer reuses the embedding matrix (tied embeddings). The weights come trained
-(:func:`transformer_np.pretrained.load_smollm2`); :meth:`LlamaModel.backward` gives the
-gradients for fine-tuning them.
+"""A modern decoder-only language model (LLaMA, SmolLM2): the pre-LN block of GPT-2 with
+RMSNorm, grouped-query attention with RoPE and no biases, and SwiGLU. Page: modern-block.md
+(the block), finetuning.md (the backward).
 
 Shape glossary: B batch, T positions, D = d_model, V vocabulary.
 """
@@ -41,7 +25,10 @@ __all__ = ["LlamaBlock", "LlamaModel"]
 
 
 class LlamaBlock(EncoderBlock):
-    r"""The pre-norm block of LLaMA: RMSNorm, grouped-query attention with RoPE, SwiGLU.
+    """The pre-norm block of LLaMA: RMSNorm, grouped-query attention with RoPE, SwiGLU.
+
+    An :class:`~transformer_np.EncoderBlock` with ``norm_first=True`` built with these parts: its
+    ``forward`` and ``backward`` are the encoder block's. Page: modern-block.md.
 
     Parameters
     ----------
@@ -62,14 +49,6 @@ class LlamaBlock(EncoderBlock):
         With ``n_kv_heads`` key/value heads, RoPE and no biases.
     norm1, norm2 : RMSNorm
     ff : SwiGLU
-
-    Notes
-    -----
-    .. math:: h = x + \mathrm{GQA}(\mathrm{RMSNorm}_1(x)), \qquad
-              y = h + \mathrm{SwiGLU}(\mathrm{RMSNorm}_2(h))
-
-    :class:`~transformer_np.EncoderBlock` with ``norm_first=True``, built with these parts:
-    its ``forward`` and ``backward`` are the encoder block's.
     """
 
     check_init = check_llama_block_init
@@ -97,7 +76,8 @@ class LlamaBlock(EncoderBlock):
 
 
 class LlamaModel(Module):
-    r"""A decoder-only language model with LLaMA blocks and tied embeddings.
+    """A decoder-only language model with LLaMA blocks and tied embeddings; no positions are
+    added to the embeddings (RoPE turns the queries and keys). Page: modern-block.md.
 
     Parameters
     ----------
@@ -105,38 +85,18 @@ class LlamaModel(Module):
     rng : np.random.Generator or int, optional
         Source of the random initial weights.
     init : bool, default True
-        False builds the model with zero matrices and unit gains, without drawing random
-        numbers: what a loader wants, since it sets every weight (about 5 s saved for
-        SmolLM2-135M).
+        False builds zero matrices and unit gains without drawing random numbers, for a loader
+        that sets every weight (about 5 s saved for SmolLM2-135M).
 
     Attributes
     ----------
     embed : Embedding
-        The token table E (V, D), not scaled by sqrt(D).
+        The token table E (V, D), not scaled by sqrt(D); also the output layer.
     blocks : Stack
         ``config.n_layers`` :class:`LlamaBlock`, then a final RMSNorm (``blocks.norm``).
     params, grads : NestedParams
         Keys ``embed.W``, ``blocks.0.attn.W_q``, ..., ``blocks.norm.gamma``; ``grads`` after
         :meth:`backward`.
-
-    Notes
-    -----
-    .. math:: \mathrm{logits} = \mathrm{RMSNorm}(\mathrm{Blocks}(E[x];\ M_{\text{causal}}))
-              \, E^\top
-
-    No position is added to the embeddings: RoPE rotates the queries and keys inside every
-    attention layer. :func:`~transformer_np.generate` runs this model like the
-    :class:`~transformer_np.LanguageModel`, with one :class:`~transformer_np.KVCache` per
-    block.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import LlamaConfig, LlamaModel
-    >>> cfg = LlamaConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
-    ...                   d_ff=64, max_len=16)
-    >>> LlamaModel(cfg, rng=0)(np.array([[1, 2, 3]])).shape
-    (1, 3, 50)
     """
 
     check_init, check_call = check_llama_init, check_llama_call
@@ -192,10 +152,7 @@ class LlamaModel(Module):
     # --8<-- [start:llama_backward]
     def backward(self, grad_logits):
         """Backpropagate ``dL/dlogits`` (B, T, V) through the last call; fills ``grads``.
-
-        The table E serves twice, as the lookup and as the output layer: ``grads["embed.W"]``
-        is the sum of both shares (none if the embedding is frozen).
-        """
+        ``grads["embed.W"]`` sums the lookup's and the output layer's shares (none if frozen)."""
         h = self.saved()["h"]  # (B, T, D)
         V, D = self.embed.vocab_size, self.embed.d_model
         g = as_grad(grad_logits, h.shape[:-1] + (V,), h.dtype, "grad_logits")

@@ -1,27 +1,7 @@
-r"""LoRA: low-rank adapters on frozen Linear maps (Hu et al. 2021).
-
-Fine-tuning every weight of a model needs a gradient and two Adam moments per weight. LoRA
-freezes the weights ``W`` (d_in, d_out) of a few Linear maps and learns a change of low rank r
-beside each one:
-
-.. math:: y = x W + b + \frac{\alpha}{r}\, \mathrm{dropout}(x)\, A B, \qquad
-          A \in \mathbb{R}^{d_{in} \times r},\; B \in \mathbb{R}^{r \times d_{out}}
-
-``r (d_in + d_out)`` trainable numbers per map instead of ``d_in d_out``. B starts at zero, so
-the adapted model starts equal to the base; A starts as PEFT starts it. After training, the
-change can be merged into W for inference (:func:`merge_lora`), and taken out again
-(:func:`unmerge_lora`).
-
-* :class:`LoRALinear`: a Linear with its adapter (two Linear maps, A and B);
-* :func:`add_lora`: freeze a model and put adapters on the maps named by ``targets``;
-* :func:`lora_params`: the adapters' matrices, to give to an optimiser;
-* saving and loading them in PEFT's files: :mod:`transformer_np.lora_files`.
-
-The weights are in the package's convention, ``x @ W`` with W (d_in, d_out): the matrix of the
-Linear ``lora_A`` is (d_in, r), the transpose of PEFT's ``lora_A.weight`` (r, d_in), and that of
-``lora_B`` is (r, d_out), the transpose of ``lora_B.weight`` (d_out, r).
-
-Shape glossary: N rows (the leading axes flattened), r the rank.
+"""LoRA: low-rank adapters on frozen Linear maps (Hu et al. 2021), ``x W + b + (alpha / r)
+dropout(x) A B`` with W frozen and A (d_in, r), B (r, d_out) trained. Page: finetuning.md.
+A and B are the transposes of PEFT's ``lora_A.weight`` (r, d_in) and ``lora_B.weight``
+(d_out, r), the package computing ``x @ W``; PEFT's files: :mod:`transformer_np.lora_files`.
 """
 
 from __future__ import annotations
@@ -49,7 +29,7 @@ __all__ = ["LoRALinear", "add_lora", "lora_params", "merge_lora", "unmerge_lora"
 
 
 class LoRALinear(Module):
-    r"""A frozen Linear map with a trainable low-rank adapter beside it.
+    """A frozen Linear map with a trainable low-rank adapter beside it. Page: finetuning.md.
 
     Parameters
     ----------
@@ -69,38 +49,14 @@ class LoRALinear(Module):
     base : Linear
         The frozen map, ``W`` (d_in, d_out) and perhaps ``b``.
     lora_A : Linear
-        d_in -> r, no bias: ``W`` (d_in, r), initialised U(-1/sqrt(d_in), 1/sqrt(d_in)), PEFT's
-        ``kaiming_uniform_(a=sqrt(5))`` (the default of ``torch.nn.Linear``).
+        d_in -> r, no bias, initialised U(-1/sqrt(d_in), 1/sqrt(d_in)) as PEFT does.
     lora_B : Linear
-        r -> d_out, no bias: ``W`` (r, d_out), initialised to zero.
+        r -> d_out, no bias, initialised to zero: the adapted map starts equal to the base.
     params : NestedParams
         ``W`` (and ``b``) of the base, ``lora_A`` and ``lora_B``; inside a layer of named maps
         (:class:`~transformer_np.MultiHeadAttention`) ``W_q``, ``lora_A_q``, ``lora_B_q``.
     merged : bool
         Whether ``W`` holds ``W + (alpha / r) A B`` (:meth:`merge`).
-
-    Notes
-    -----
-    .. math:: y = x W + b + s\, \mathrm{dropout}(x)\, A B, \qquad s = \alpha / r
-
-    and, with :math:`g` = dL/dy and :math:`u` = dropout(x) (N rows):
-
-    .. math:: \frac{\partial L}{\partial B} = s\, (u A)^\top g, \qquad
-              \frac{\partial L}{\partial A} = s\, u^\top (g B^\top), \qquad
-              \frac{\partial L}{\partial x} = g W^\top + s\, \mathrm{dropout}'(g B^\top A^\top)
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import Linear
-    >>> from transformer_np.lora import LoRALinear
-    >>> base = Linear(16, 8, rng=0)
-    >>> lora = LoRALinear(base, r=2, alpha=4, rng=0)
-    >>> x = np.ones((3, 16))
-    >>> bool(np.array_equal(lora(x), base(x)))  # B = 0: the base map, unchanged
-    True
-    >>> sorted(lora.params)
-    ['W', 'b', 'lora_A', 'lora_B']
     """
 
     check_init, check_call = check_lora_init, check_lora_call
@@ -189,12 +145,8 @@ def names_one(target, name):
 
 
 def find_targets(model, targets):
-    """``{path: Linear}`` of the Linear layers of ``model`` that ``targets`` name.
-
-    A LlamaModel's maps answer to our names (``"blocks.0.attn.q"``) and to transformers'
-    (``"model.layers.0.self_attn.q_proj"``, so ``"q_proj"``); a target naming no Linear is an
-    error that lists the names there are.
-    """
+    """``{path: Linear}`` of the Linear layers of ``model`` that ``targets`` name, a LlamaModel's
+    by transformers' names too (``"q_proj"``); a target naming none is a ValueError listing them."""
     is_llama = isinstance(model, LlamaModel)
     linears = {p: m for p, m in model.named_modules() if type(m) is Linear}
     names = {p: [p] + ([peft_path(p)] if is_llama and peft_path(p) else []) for p in linears}
@@ -225,23 +177,22 @@ def adapt(model, found, r, alpha, dropout, rng):
 def add_lora(model, r=8, alpha=16, *, targets=("q", "v"), dropout=0.0, rng=None):
     """Freeze ``model`` and put a low-rank adapter on each Linear map that ``targets`` name.
 
+    Page: finetuning.md.
+
     Parameters
     ----------
     model : Module
-        A model or a layer with sub-layers (LlamaModel, LanguageModel, MultiHeadAttention...),
-        changed in place: the outermost one (whose ``params`` you use), so that every view of
-        the parameters sees the adapters.
+        A model or a layer with sub-layers, changed in place: the outermost one (whose ``params``
+        you use), so that every view of the parameters sees the adapters.
     r : int, default 8
         Rank of every adapter (> 0).
     alpha : float, default 16
         Scale ``alpha / r`` of every change (> 0).
     targets : str or sequence of str, default ("q", "v")
-        The maps to adapt, by the dotted path of the Linear layer (``"blocks.0.attn.q"``): a
-        whole path, its end after a dot (``"q"``: the queries of every attention), or a regular
-        expression matching a whole path (``r"blocks\\.[01]\\.attn\\.(q|v)"``). A LlamaModel's
-        maps also answer to transformers' names (``"q_proj"``, ``"self_attn.v_proj"``,
-        ``"mlp.down_proj"``), as PEFT's ``target_modules``. Default: the attention's queries and
-        values, PEFT's default for LLaMA (``["q_proj", "v_proj"]``).
+        Linear layers by dotted path (``"blocks.0.attn.q"``): a whole path, its end after a dot
+        (``"q"``), or a regular expression matching a whole path. A LlamaModel's maps also answer
+        to transformers' names (``"q_proj"``, ``"mlp.down_proj"``) as PEFT's ``target_modules``;
+        the default, queries and values, is PEFT's for LLaMA.
     dropout : float in [0, 1), default 0.0
         Dropout on the adapters' input, in training mode.
     rng : np.random.Generator or int, optional
@@ -250,38 +201,23 @@ def add_lora(model, r=8, alpha=16, *, targets=("q", "v"), dropout=0.0, rng=None)
     Returns
     -------
     Module
-        ``model`` itself: every parameter frozen (:meth:`~transformer_np.Module.freeze`), each
-        chosen Linear replaced by a :class:`LoRALinear` around it. ``model.params`` gains the
-        adapters (``blocks.0.attn.lora_A_q``, ...) and after ``backward`` ``model.grads`` holds
-        theirs only.
+        ``model``, every parameter frozen and each chosen Linear replaced by a :class:`LoRALinear`;
+        ``model.params`` gains the adapters (``blocks.0.attn.lora_A_q``, ...), and after
+        ``backward`` ``model.grads`` holds theirs only.
 
     Raises
     ------
     TypeError, ValueError
-        If ``model`` is not a layer with sub-layers or already has adapters, ``r``, ``alpha``,
-        ``dropout`` or ``rng`` is out of range, or a target names no Linear layer (the message
-        lists the names).
-
-    Examples
-    --------
-    >>> from transformer_np import LlamaConfig, LlamaModel
-    >>> from transformer_np.lora import add_lora, lora_params
-    >>> cfg = LlamaConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
-    ...                   d_ff=64, max_len=16)
-    >>> model = add_lora(LlamaModel(cfg, rng=0), r=4, alpha=8, rng=0)
-    >>> list(lora_params(model))[:2]
-    ['blocks.0.attn.lora_A_q', 'blocks.0.attn.lora_B_q']
+        If ``model`` is not a layer with sub-layers or already has adapters, an argument is out
+        of range, or a target names no Linear layer (the message lists the names).
     """
     return adapt(model, find_targets(model, targets), r, alpha, dropout, rng)
 
 
 @checked(check_lora_params)
 def lora_params(model):
-    """The adapters' matrices of ``model``, ``{name: array}``, in the order of ``model.params``.
-
-    The arrays themselves (no copy): give them to an optimiser
-    (``Adam(lora_params(model))``), which updates them in place, with ``model.grads`` after
-    each backward pass (the gradients of the adapters only: the rest is frozen).
+    """The adapters' matrices of ``model``, ``{name: array}`` in the order of ``model.params``,
+    not copied: give them to an optimiser (``Adam(lora_params(model))``).
 
     Raises
     ------
@@ -297,7 +233,6 @@ def lora_params(model):
 def merge_lora(model):
     """Merge every adapter into its map, ``W += (alpha / r) A B``, for inference; returns model.
 
-    The merged model computes the adapted one with the cost of the base: one product per map.
     :func:`unmerge_lora` takes the changes out again (to train on, or to save another adapter).
 
     Raises
@@ -314,7 +249,7 @@ def merge_lora(model):
 def unmerge_lora(model):
     """Take every merged adapter out of its map, ``W -= (alpha / r) A B``; returns model.
 
-    W comes back up to rounding (one addition and one subtraction in W's dtype).
+    W comes back up to rounding.
 
     Raises
     ------

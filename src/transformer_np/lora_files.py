@@ -1,12 +1,11 @@
-"""LoRA adapters in PEFT's files: :func:`save_lora` and :func:`load_lora`.
+"""LoRA adapters in PEFT's files: :func:`save_lora` and :func:`load_lora`. Page: finetuning.md.
 
-An adapter is saved as PEFT's ``save_pretrained`` saves it, in two files of a folder:
-``adapter_model.safetensors`` (for each adapted map, ``lora_A.weight`` (r, d_in) and
-``lora_B.weight`` (d_out, r), in PyTorch's convention, under transformers' names) and
-``adapter_config.json`` (r, alpha, the target maps). ``PeftModel.from_pretrained`` reads what
-:func:`save_lora` writes, and :func:`load_lora` reads what PEFT writes, on transformers'
-``LlamaForCausalLM`` and on our :class:`~transformer_np.llama.LlamaModel`. The adapters
-themselves are in :mod:`transformer_np.lora`.
+An adapter is two files of a folder, as PEFT's ``save_pretrained`` writes them:
+``adapter_model.safetensors`` (each adapted map's ``lora_A.weight`` (r, d_in) and
+``lora_B.weight`` (d_out, r), under transformers' names) and ``adapter_config.json`` (r, alpha,
+the target maps). PEFT reads what :func:`save_lora` writes, on transformers'
+``LlamaForCausalLM``, and :func:`load_lora` reads what PEFT writes. The adapters themselves
+are in :mod:`transformer_np.lora`.
 """
 
 from __future__ import annotations
@@ -70,12 +69,7 @@ def peft_config(model, layers, base_model):
 def save_lora(folder, model, *, base_model=None, overwrite=False):
     """Save the adapters alone, in the two files of PEFT's ``save_pretrained``.
 
-    ``folder/adapter_model.safetensors`` holds, for each adapted map, ``lora_A.weight`` (r, d_in)
-    and ``lora_B.weight`` (d_out, r) in PyTorch's convention under transformers' names
-    (``base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight``), and
-    ``folder/adapter_config.json`` the configuration (``r``, ``lora_alpha``,
-    ``target_modules``, ``peft_type`` "LORA", ``task_type`` "CAUSAL_LM", ...). PEFT's
-    ``PeftModel.from_pretrained(hf_model, folder)`` reads them; so does :func:`load_lora`.
+    ``PeftModel.from_pretrained(hf_model, folder)`` reads them, and so does :func:`load_lora`.
 
     Parameters
     ----------
@@ -84,11 +78,11 @@ def save_lora(folder, model, *, base_model=None, overwrite=False):
     model : LlamaModel
         With adapters (:func:`add_lora`), merged or not; one r, alpha and dropout for all.
     base_model : str, optional
-        The name of the base model recorded in the configuration
-        (``base_model_name_or_path``), such as ``"HuggingFaceTB/SmolLM2-135M-Instruct"``.
+        The base model's name recorded as ``base_model_name_or_path``
+        (``"HuggingFaceTB/SmolLM2-135M-Instruct"``).
     overwrite : bool, default False
-        Whether the two files may replace files already in ``folder``. Each file is written in
-        one step (never half a file); nothing else in ``folder`` is touched.
+        Whether the two files may replace files in ``folder``; each is written in one step, and
+        nothing else in ``folder`` is touched.
 
     Raises
     ------
@@ -96,8 +90,7 @@ def save_lora(folder, model, *, base_model=None, overwrite=False):
         If ``model`` is not a LlamaModel with adapters of one r, alpha and dropout, an adapter
         holds NaN or inf, or ``base_model`` is not a str.
     FileExistsError
-        If one of the files exists and ``overwrite`` is False (checked before anything is
-        written).
+        If one of the files exists and ``overwrite`` is False (checked before writing anything).
     FileNotFoundError, NotADirectoryError
         If the parent of ``folder`` does not exist, or ``folder`` is a file.
     """
@@ -139,18 +132,18 @@ def load_lora(folder, model):
     Returns
     -------
     LlamaModel
-        ``model``, frozen, with a :class:`LoRALinear` on every map the file adapts, holding the
-        file's matrices (in the model's dtype). The model is unchanged if the files are not
-        read: everything is checked first.
+        ``model``, frozen, with a :class:`LoRALinear` holding the file's matrices (in the model's
+        dtype) on every map the file adapts. Everything is checked first: on an error the model
+        is unchanged.
 
     Raises
     ------
     FileNotFoundError, NotADirectoryError
         If ``folder`` or one of its two files is missing.
     ValueError
-        If a file is not what PEFT writes (not JSON, not safetensors), the adapter is not a
-        plain LoRA (DoRA, rsLoRA, per-module ranks, biases...) or does not fit the model (a
-        name, a shape, NaN or inf). The message names the file.
+        If a file is not what PEFT writes, the adapter is not a plain LoRA (DoRA, rsLoRA,
+        per-module ranks, biases...) or does not fit the model (a name, a shape, NaN or inf).
+        The message names the file.
     """
     r, alpha, dropout, weights = read_peft_adapter(folder, model)  # {path: (A, B)}, checked
     found = {p: m for p, m in model.named_modules() if p in weights}

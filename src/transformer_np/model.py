@@ -1,13 +1,13 @@
-r"""The models: the encoder-decoder ``Transformer`` and the decoder-only ``LanguageModel``,
-each with a backward pass.
-
-Shape glossary: B batch, S source positions, T target positions, D = d_model, H heads,
-V vocabulary size.
+"""The models: the encoder-decoder ``Transformer`` and the decoder-only ``LanguageModel``,
+each with a backward pass. Page: transformer.md.
 
 A model is a :class:`~transformer_np.module.Module` whose ``params`` and ``grads`` are live
 flat views with dotted names (``"encoder.0.attn.W_q"``), ready for
 :class:`~transformer_np.optim.Adam`. Calling a model checks the token ids once; the blocks
-(:mod:`transformer_np.blocks`) and layers below it run without checks.
+and layers below it run without checks.
+
+Shape glossary: B batch, S source positions, T target positions, D = d_model, H heads,
+V vocabulary size.
 """
 
 from __future__ import annotations
@@ -52,11 +52,8 @@ def stack(block, n_layers, cfg, rng, dtype):
 
 
 def check_grad_logits(model, grad_logits):
-    """A model's ``backward`` input: after a forward pass, a finite float array.
-
-    Named ``grad_logits`` in the errors (shape, dtype, NaN or inf): every layer passes its
-    gradient on, so a NaN here would silently become NaN in every gradient.
-    """
+    """A model's ``backward`` input, named ``grad_logits`` in the errors: after a forward pass,
+    a finite float array of the logits' shape (a NaN here would reach every gradient)."""
     out = model.out
     if out.cache is None:
         raise RuntimeError(
@@ -91,11 +88,8 @@ class ModelBase(Module):
     # --8<-- [end:embed_tokens]
 
     def load_parameters(self, params):
-        """Copy arrays (the names and shapes of ``params``) into the model.
-
-        Every array is checked (names, shapes, real numbers, finite in the model's dtype)
-        before any is copied: on an error the model is left as it was.
-        """
+        """Copy arrays (the names and shapes of ``params``) into the model, every one checked
+        first: on an error the model is left as it was."""
         mine = self.params
         for k, value in checked_weights(params, "params", mine, "parameter").items():
             mine[k][...] = value
@@ -103,11 +97,9 @@ class ModelBase(Module):
     # -- generation: one new token at a time ----------------------------------------------------
 
     def one_token_forward(self):
-        """The decoder's forward for generation (``forward`` of a LanguageModel,
-        ``forward_decoder`` of a Transformer): for one new token with a cache, in evaluation
-        mode, the model's :meth:`decode_step`, made of its layers' steps on (B, D) rows (the
-        same logits up to rounding); anything else (a prompt, no cache) is the forward itself.
-        The parameters are read when this is called: call it again after changing them."""
+        """The forward (a Transformer's ``forward_decoder``) for generation: for one new token
+        with a cache, in evaluation mode, :meth:`decode_step` on (B, D) rows (the same logits up
+        to rounding); else the forward itself. Call it again after changing the parameters."""
         plain = self.forward_decoder if isinstance(self, Transformer) else self.forward
         if self.training:  # dropout: only the forward has it
             return plain
@@ -141,9 +133,9 @@ class ModelBase(Module):
         return forward
 
     def decode_step(self, B, watch=None):
-        """The model on one new token of each of B sequences: ``step(ids (B,), kv_cache, t,
-        memory, additive memory mask) -> logits (B, V)``, or None when a row overflowed a
-        normalisation (``watch``, the largest standard deviation of each row)."""
+        """The model on one new token of each of B sequences: ``step(ids (B,), kv_cache, t, memory,
+        additive memory mask) -> logits (B, V)``, or None when a row overflowed a normalisation
+        (``watch``). Page: decoding.md."""
         embedding, stack, out = self.decoder_parts()
         dtype = embedding.params["W"].dtype
         watch = np.zeros((B, embedding.d_model), dtype)
@@ -173,7 +165,10 @@ class ModelBase(Module):
 
 
 class Transformer(ModelBase):
-    r"""The encoder-decoder Transformer of "Attention Is All You Need", with backpropagation.
+    """The encoder-decoder Transformer of "Attention Is All You Need", with backpropagation.
+
+    The source padding is a blocked key for the encoder and the cross-attention; the decoder's
+    self-attention is causal and blocks target padding too. Page: transformer.md.
 
     Parameters
     ----------
@@ -184,38 +179,13 @@ class Transformer(ModelBase):
     Attributes
     ----------
     src_embed, tgt_embed : Embedding
-    encoder : Stack
-    decoder : Stack
+    encoder, decoder : Stack
     out : Linear or TiedOutput
         Projection to the target vocabulary.
     pe : ndarray of shape (max_len, D)
         The sinusoidal positional table (fixed, not a parameter).
     params, grads : NestedParams
         Keys such as ``"encoder.0.attn.W_q"``, ``"decoder.1.cross_attn.W_k"``, ``"out.W"``.
-
-    Notes
-    -----
-    .. math::
-        m &= \mathrm{Encoder}(\sqrt{D}\, E_{src}[x] + PE) \\
-        \mathrm{logits} &= \mathrm{Decoder}(\sqrt{D}\, E_{tgt}[y_{<t}] + PE,\ m)\, W_{out} + b
-
-    Masks: the source padding is a blocked key for the encoder and for the cross-attention;
-    the decoder's self-attention is causal and also blocks target padding.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import Transformer, TransformerConfig
-    >>> cfg = TransformerConfig(src_vocab_size=11, tgt_vocab_size=12, d_model=16, n_heads=2)
-    >>> model = Transformer(cfg, rng=0)
-    >>> src = np.array([[3, 4, 5, 0], [6, 7, 8, 9]])  # 0 is padding
-    >>> tgt_in = np.array([[1, 5, 4, 3], [1, 9, 8, 7]])
-    >>> logits = model(src, tgt_in)
-    >>> logits.shape
-    (2, 4, 12)
-    >>> model.backward(np.ones_like(logits))
-    >>> model.grads["encoder.0.attn.W_q"].shape
-    (16, 16)
     """
 
     check_init, check_call = check_transformer_init, check_transformer_call
@@ -288,11 +258,8 @@ class Transformer(ModelBase):
         return self.encoder.forward(x, self.source_mask(src))  # (B, S, D)
 
     def forward_decoder(self, tgt, memory, src_mask, *, kv_cache=None):
-        """The decoder and the output layer on checked input: (B, T) -> logits (B, T, V).
-
-        With a ``kv_cache`` (one pair of KVCache per decoder layer), ``tgt`` holds only the
-        new tokens, at the positions after those already cached.
-        """
+        """The decoder and the output layer on checked input: (B, T) -> logits (B, T, V); with a
+        ``kv_cache`` (a pair of KVCache per layer), ``tgt`` holds only the new tokens."""
         start = 0 if kv_cache is None else kv_cache[0][0].length
         y = self.embed_tokens(self.tgt_embed, self.tgt_drop, tgt, start)  # (B, T) -> (B, T, D)
         self_mask = self.target_mask(tgt) if kv_cache is None else None  # a cache is causal
@@ -352,7 +319,8 @@ class Transformer(ModelBase):
 
 
 class LanguageModel(ModelBase):
-    r"""A decoder-only (GPT-style) language model: causal self-attention blocks.
+    """A decoder-only (GPT-style) language model: causal self-attention blocks, so the logits
+    at position t depend only on ``ids[:, :t+1]``. Page: transformer.md.
 
     Parameters
     ----------
@@ -363,27 +331,12 @@ class LanguageModel(ModelBase):
     ----------
     embed : Embedding
     blocks : Stack
-        The stack of causal blocks: encoder blocks (self-attention and feed-forward, nothing
-        to cross-attend to) used with a causal mask, with a final LayerNorm when pre-LN.
+        Encoder blocks (self-attention and feed-forward) used with a causal mask, with a final
+        LayerNorm when pre-LN.
     out : TiedOutput or Linear
     pe : ndarray of shape (max_len, D)
     params, grads : NestedParams
         Keys such as ``"blocks.0.attn.W_q"``, ``"embed.W"``, ``"out.b"``.
-
-    Notes
-    -----
-    .. math:: \mathrm{logits} = \mathrm{Blocks}(\sqrt{D}\,E[x] + PE;\ M_{\text{causal}})\,E^\top + b
-
-    (with tied embeddings). The logits at position ``t`` depend only on ``x[:t+1]``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import LanguageModel, LanguageModelConfig
-    >>> model = LanguageModel(LanguageModelConfig(vocab_size=20, d_model=16, n_heads=2), rng=0)
-    >>> logits = model(np.array([[1, 2, 3, 4, 5]]))
-    >>> logits.shape
-    (1, 5, 20)
     """
 
     check_init, check_call = check_language_model_init, check_language_model_call
@@ -409,11 +362,8 @@ class LanguageModel(ModelBase):
 
     # --8<-- [start:language_model_forward]
     def forward(self, ids, *, kv_cache=None):
-        """Logits (B, T, V) for checked ``ids`` (B, T).
-
-        With a ``kv_cache`` (one KVCache per block), ``ids`` holds only the new tokens, at
-        the positions after those already cached: each step computes T new positions only.
-        """
+        """Logits (B, T, V) for checked ``ids`` (B, T); with a ``kv_cache`` (one KVCache per block),
+        ``ids`` holds only the new tokens, at the positions after those cached."""
         start = 0 if kv_cache is None else kv_cache[0].length
         x = self.embed_tokens(self.embed, self.drop, ids, start)  # (B, T) -> (B, T, D)
         mask = causal_mask(ids.shape[1]) if kv_cache is None else None  # a cache is causal

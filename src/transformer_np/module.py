@@ -1,18 +1,11 @@
 """What every layer shares: parameters, gradients, the forward cache, sub-layers, train/eval.
+Page: backprop.md ("The interface").
 
-A layer of the package is a :class:`Module`. It keeps
-
-* ``params``: its parameters, a dict ``name -> ndarray`` (for a layer made of sub-layers, a
-  live view of theirs with dotted names, ``"linear1.W"``: see :class:`NestedParams`);
-* ``grads``: after ``backward``, the gradients, with the same keys as ``params``;
-* ``cache``: what the last forward pass saved for the backward pass (None before it);
-* ``training``: whether dropout is on (:meth:`Module.train`, :meth:`Module.eval`);
-* ``trainable``: whether ``backward`` computes gradients for the layer's own parameters
-  (:meth:`Module.freeze`, :meth:`Module.unfreeze`).
-
-Calling a layer, ``layer(x)``, checks the input and then runs ``layer.forward(x)``, the plain
-computation. Inside the package, a layer calls its sub-layers' ``forward``: the input was
-checked once, by the outermost call.
+A :class:`Module` keeps ``params`` (name -> ndarray; for a layer of sub-layers a live view with
+dotted names, ``"linear1.W"``), ``grads`` (after ``backward``, the same keys), ``cache`` (what
+the forward pass saved for the backward pass), ``training`` (dropout on) and ``trainable``
+(False: frozen). ``layer(x)`` checks the input, then runs ``layer.forward(x)``; inside the
+package a layer calls its sub-layers' ``forward``: the input was checked once, outermost.
 """
 
 from __future__ import annotations
@@ -29,15 +22,10 @@ __all__ = ["Module", "NotFiniteError"]
 
 
 class NestedParams(MutableMapping):
-    """A live, flat view of the parameter dicts of a layer's leaf layers, with dotted keys.
-
-    For a layer ``owner`` with children ``linear1`` and ``linear2``, the keys are
-    ``"linear1.W"``, ``"linear1.b"``, ... (nested children nest: ``"ff.linear1.W"``; the owner's
-    ``join_key`` makes the names). Reading ``view["linear1.W"]`` returns
-    ``linear1.params["W"]`` itself (no copy); assigning stores the new array in
-    ``linear1.params``. Keys cannot be added or deleted. ``attr`` selects the dicts to view
-    (``"params"``, or ``"grads"``: the gradients of the trainable leaves only).
-    """
+    """A live, flat view of the parameter dicts of a layer's leaves, with dotted keys made by the
+    owner's ``join_key`` (``"ff.linear1.W"``): reading gives the leaf's array itself, assigning
+    stores into the leaf's dict; no key is added or deleted. ``attr="grads"`` views the gradients
+    of the trainable leaves."""
 
     def __init__(self, owner: Module, attr: str = "params"):
         self.owner, self.attr = owner, attr
@@ -165,11 +153,10 @@ class Module(metaclass=LayerType):
         raise NotImplementedError(f"{type(self).__name__} has no forward pass")
 
     def decode_step(self, B, watch=None):
-        """The layer on the one new position of each of B sequences, a function of their (B, n)
-        rows, for generation with a key/value cache: ``forward`` itself, unless the layer has a
-        faster way for one position (Linear, LayerNorm, the attention, the blocks: each tested
-        equal to its ``forward``). A normalisation records in ``watch`` (B, D) the largest
-        standard deviation it met."""
+        """The layer on the new position of each of B sequences, a function of their (B, n)
+        rows, for generation with a cache: ``forward``, unless the layer has a faster step (tested
+        equal to it); a normalisation records its largest std in ``watch`` (B, D).
+        Page: decoding.md."""
         return self.forward
 
     def one_token_forward(self):
@@ -209,12 +196,9 @@ class Module(metaclass=LayerType):
             yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
 
     def replace(self, path: str, layer: Module) -> Module:
-        """Put ``layer`` in place of the sub-layer at the dotted ``path``; return the old one.
-
-        ``path`` is one of :meth:`named_modules` (``"blocks.0.attn.q"``); the parent's attribute
-        of that name, if it held the old layer, is set too. Call it on the outermost layer: the
-        views ``params`` and ``grads`` of every layer below are rebuilt.
-        """
+        """Put ``layer`` in place of the sub-layer at the dotted ``path`` (one of
+        :meth:`named_modules`), and as the parent's attribute of that name if it held the old one;
+        return the old one. Call it on the outermost layer: every view below is rebuilt."""
         *parents, name = path.split(".")
         parent = self
         for p in parents:
@@ -257,12 +241,8 @@ class Module(metaclass=LayerType):
             child.zero_grad()
 
     def freeze(self) -> Module:
-        """Freeze this layer and all below; returns self.
-
-        A frozen layer's ``backward`` still passes the gradient on to its input, but computes
-        and keeps no gradient for its own parameters: ``grads`` lists the trainable ones only
-        (what fine-tuning a few added parameters needs, :mod:`~transformer_np.lora`).
-        """
+        """Freeze this layer and all below; returns self. Its ``backward`` still passes the
+        gradient to its input, but computes and keeps none for its parameters (for LoRA)."""
         for m in self.modules():
             m.trainable = False
             if not m._children:

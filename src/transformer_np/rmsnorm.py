@@ -17,7 +17,7 @@ __all__ = ["RMSNorm"]
 
 
 class RMSNorm(Module):
-    r"""Root-mean-square normalisation over the last axis, with a learned gain.
+    """RMS normalisation over the last axis, with a learned gain. Page: modern-block.md.
 
     Parameters
     ----------
@@ -32,19 +32,6 @@ class RMSNorm(Module):
     ----------
     params : dict
         ``gamma`` (D,), initialised to ones.
-
-    Notes
-    -----
-    After a call ``self.cache`` holds ``x_hat`` (the normalised input, shape (..., D)) and
-    ``rstd`` (1 / rms, shape (..., 1)) for :meth:`backward`.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import RMSNorm
-    >>> y = RMSNorm(4)(np.array([[1.0, -1.0, 1.0, -1.0], [2.0, 2.0, 2.0, 2.0]]))
-    >>> y.round(4).tolist()
-    [[1.0, -1.0, 1.0, -1.0], [1.0, 1.0, 1.0, 1.0]]
     """
 
     check_init, check_call = check_rms_norm_init, check_rms_norm_call
@@ -73,19 +60,8 @@ class RMSNorm(Module):
 
     # --8<-- [start:rmsnorm_backward]
     def backward(self, grad_output):
-        r"""dL/dy (..., D) -> dL/dx (..., D); ``self.grads`` gets ``gamma`` (D,), unless frozen.
-
-        With :math:`\hat x = x\, r`, :math:`r = 1/\mathrm{rms}(x)` and :math:`\hat g = g \odot
-        \gamma` (the gradient reaching :math:`\hat x`):
-
-        .. math:: \frac{\partial L}{\partial x} = r \left( \hat g - \hat x\;
-                  \overline{\hat g \odot \hat x} \right), \qquad
-                  \frac{\partial L}{\partial \gamma} = \sum_n g_n \odot \hat x_n
-
-        (the bar: the mean over the D features). LayerNorm's formula without the mean: the
-        subtracted term removes the component along which the normalisation is invariant, a
-        rescaling of x.
-        """
+        """dL/dy (..., D) -> dL/dx (..., D); ``self.grads`` gets ``gamma`` (D,), unless frozen.
+        Page: finetuning.md (LayerNorm's formula without the mean)."""
         c = self.saved()
         x_hat, rstd = c["x_hat"], c["rstd"]  # (..., D), (..., 1)
         g = as_grad(grad_output, x_hat.shape, x_hat.dtype)

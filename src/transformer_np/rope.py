@@ -1,23 +1,7 @@
-r"""Rotary position embedding (RoPE): the position enters as a rotation of queries and keys.
-
-Instead of adding a position vector to the token (the sinusoids of 2017), RoPE rotates each
-pair of features of a query or key by an angle proportional to the position. Pair ``i`` of a
-head of size Dh turns at the frequency
-
-.. math:: \omega_i = \theta^{-2i / D_h}, \qquad i = 0, \dots, D_h/2 - 1,
-
-so at position ``m`` it is rotated by :math:`m\,\omega_i`. A rotation by :math:`m\omega` of
-the query and by :math:`n\omega` of the key leaves their dot product depending only on the
-difference: :math:`\langle R_m q, R_n k\rangle = \langle q, R_{n-m} k\rangle`, because
-:math:`R_m^\top R_n = R_{n-m}`. Attention therefore sees relative positions, and nothing is
-added to the residual stream.
-
-The pairs follow the Hugging Face layout: feature ``i`` is paired with feature ``i + Dh/2``
-(the "rotate half" form). llama.cpp pairs neighbours ``(2i, 2i+1)`` instead; the two are the
-same rotation after a permutation of the features (see ``pretrained/gguf.py``).
-
-Backpropagation turns each pair back by the same angle (:func:`apply_rope_backward`): the
-transpose of a rotation is its inverse.
+"""Rotary position embedding (RoPE): each pair of features of a query or key turns by an angle
+proportional to its position, pair i at the frequency ``theta^(-2i/Dh)``, so attention sees
+relative positions. Pairs in the Hugging Face layout, feature i with i + Dh/2 ("rotate half";
+llama.cpp pairs neighbours, see ``pretrained/gguf.py``). Page: modern-block.md.
 
 Shape glossary: B batch, H heads, T positions, Dh head size (even).
 """
@@ -93,12 +77,8 @@ def apply_rope(x, cos, sin):
 @checked(check_apply_rope_backward)
 # --8<-- [start:apply_rope_backward]
 def apply_rope_backward(grad_output, cos, sin):
-    """dL/dx of :func:`apply_rope` from dL/dy (..., T, Dh): the rotation back.
-
-    A rotation is orthogonal: its transpose, the Jacobian's, is the rotation by minus the same
-    angle, cos unchanged and sin negated. Pair (a, b) of the gradient becomes
-    (a cos + b sin, b cos - a sin).
-    """
+    """dL/dx of :func:`apply_rope` from dL/dy (..., T, Dh): the rotation back, by minus the
+    same angle (cos unchanged, sin negated). Page: finetuning.md."""
     return grad_output * cos - rotate_half(grad_output) * sin  # (..., T, Dh)
 
 

@@ -1,8 +1,5 @@
-r"""Choosing the next token from its scores: greedy, temperature, top-k and top-p sampling.
-
-A model gives one row of scores (logits) per sequence for the next token; :func:`sample_next`
-turns each row into one token id. The generation loops of :mod:`transformer_np.decoding` make
-the same choice at every step. Page: decoding.md.
+"""Choosing the next token from its scores: greedy, temperature, top-k and top-p sampling.
+Page: decoding.md.
 
 Shape glossary: B batch (one row per sequence), V vocabulary.
 """
@@ -20,56 +17,28 @@ __all__ = ["sample_next"]
 @checked(check_sample_next)
 # --8<-- [start:sample_next]
 def sample_next(logits, *, temperature=1.0, top_k=None, top_p=None, rng=None):
-    r"""Choose one token per row of ``logits``: (B, V) -> (B,).
+    """Choose one token per row of ``logits``: (B, V) -> (B,). Page: decoding.md.
 
     Parameters
     ----------
     logits : float ndarray of shape (B, V), V >= 1
-        Scores of the next token. ``-inf`` masks a token (it is never chosen); NaN, ``+inf``
-        and a row that is ``-inf`` everywhere are rejected with a ValueError.
+        Scores of the next token; ``-inf`` masks a token. NaN, ``+inf`` and a row that is
+        ``-inf`` everywhere raise a ValueError.
     temperature : float, default 1.0
-        0 means greedy (the arg-max). Otherwise the scores are divided by it before the
-        softmax: below 1 the distribution sharpens, above 1 it flattens. A tiny temperature
-        gives the limit, greedy (up to ties between equal maxima).
+        0 is greedy (the arg-max; ``top_k`` and ``top_p`` are then ignored). Otherwise the scores
+        are divided by it before the softmax: below 1 sharper, above 1 flatter.
     top_k : int, optional
-        Sample only among the ``top_k`` highest-scoring tokens (ties at the threshold stay),
-        ``1 <= top_k <= V``. Ignored by greedy decoding, which keeps the best token anyway.
+        Only the ``top_k`` best tokens (ties at the threshold stay), ``1 <= top_k <= V``.
     top_p : float, optional
-        Nucleus sampling (Holtzman et al., 2020), ``0 < top_p <= 1``: sample only among the
-        smallest set of most probable tokens whose total probability reaches ``top_p``, after
-        the temperature and after ``top_k`` (transformers' order). None or 1.0: no cut. The
-        most probable token always stays; ties at the threshold are split as transformers'
-        ``TopPLogitsWarper`` splits them (see Notes). Ignored by greedy decoding.
+        Nucleus sampling, ``0 < top_p <= 1`` (None or 1.0: no cut): only the fewest most probable
+        tokens whose total reaches ``top_p``, after the temperature and ``top_k``, by transformers'
+        rule (``TopPLogitsWarper``: the best token always stays, ties are split by index).
     rng : np.random.Generator or int, optional
         Source of the uniform draws (one per row).
 
     Returns
     -------
     ndarray of int64, shape (B,)
-
-    Notes
-    -----
-    .. math:: p_i = \frac{e^{z_i / \tau}}{\sum_{j \in K} e^{z_j / \tau}}
-              \quad (i \in K), \qquad p_i = 0 \text{ otherwise}
-
-    where :math:`K` is the top-:math:`k` set, cut further by top-:math:`p`. The top-p rule is
-    transformers' ``TopPLogitsWarper`` (``min_tokens_to_keep=1``): sort the tokens from the
-    least probable, and drop each token whose probability, added to that of all the tokens
-    before it in that order, is at most :math:`1 - p`; the most probable token is never dropped.
-    What stays is the smallest prefix of the tokens sorted from the most probable whose total
-    reaches :math:`p`. Equal probabilities are ordered by index (a stable sort: the lower
-    index counts as the less probable and goes first), so a tie at the threshold can be split.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> logits = np.array([[1.0, 3.0, 2.0]])
-    >>> sample_next(logits, temperature=0).tolist()
-    [1]
-    >>> sample_next(logits, top_k=1, rng=0).tolist()
-    [1]
-    >>> sample_next(logits, top_p=0.5, rng=0).tolist()  # token 1 alone has 67% of the mass
-    [1]
     """
     if temperature == 0:  # greedy: the best token
         return np.argmax(logits, axis=-1).astype(np.int64)
@@ -87,11 +56,8 @@ def sample_next(logits, *, temperature=1.0, top_k=None, top_p=None, rng=None):
 
 # --8<-- [start:weights]
 def weights(logits, temperature, top_k, top_p):
-    """The distribution :func:`sample_next` draws from, up to a factor per row: (B, V) -> (B, V).
-
-    The arguments are already checked, and ``temperature > 0``. Each row's most probable token
-    has weight 1, the others less; a token that cannot be chosen has weight exactly 0.
-    """
+    """The weights :func:`sample_next` draws from, (B, V) -> (B, V), for checked arguments and
+    ``temperature > 0``: 1 for each row's best token, exactly 0 for a token never chosen."""
     z = logits.astype(np.float64)  # (B, V); a fresh array, the caller's logits are not touched
     V = z.shape[-1]
     # 1. top-k: the scores below the k-th largest are masked (ties at the threshold stay)
@@ -107,7 +73,7 @@ def weights(logits, temperature, top_k, top_p):
     with np.errstate(over="ignore"):
         z /= temperature
     p = np.exp(z)  # the maximum gives exp(0) = 1, so the total is >= 1; masked tokens give 0
-    # 3. top-p, after the temperature: transformers' rule (see Notes)
+    # 3. top-p, after the temperature: transformers' rule (TopPLogitsWarper)
     if top_p is not None and top_p < 1.0:
         order = np.argsort(z, axis=-1, kind="stable")  # (B, V), from the least probable
         p_sorted = np.take_along_axis(p, order, axis=-1)  # (B, V)
@@ -122,8 +88,6 @@ def weights(logits, temperature, top_k, top_p):
 
 
 def next_logits(model, step, *args, **kwargs):
-    """The logits (B, V) of the next token: the last position of ``step(*args, **kwargs)``,
-    a forward pass of ``model`` (its bad parameter named if the logits are not finite).
-    The generation loops (:mod:`~transformer_np.decoding`, :mod:`~transformer_np.beam`) call
-    it at every step."""
+    """The logits (B, V) of the next token: the last position of ``step(*args, **kwargs)``, a
+    forward pass of ``model`` (its bad parameter named if they are not finite)."""
     return run_or_blame(model, step, *args, **kwargs)[:, -1]

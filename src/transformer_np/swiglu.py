@@ -1,10 +1,5 @@
-r"""The SwiGLU feed-forward network: a gated linear unit with the SiLU (swish) gate.
-
-.. math:: \mathrm{SwiGLU}(x) = \big(\mathrm{SiLU}(x W_{gate}) \odot x W_{up}\big) W_{down},
-          \qquad \mathrm{SiLU}(z) = \frac{z}{1 + e^{-z}}
-
-Three Linear maps without biases (Shazeer 2020), the feed-forward network of LLaMA and
-SmolLM2. Page: modern-block.md.
+"""The SwiGLU feed-forward network of LLaMA and SmolLM2: ``(silu(x W_gate) * x W_up) W_down``,
+three Linear maps without biases (Shazeer 2020). Page: modern-block.md.
 """
 
 from __future__ import annotations
@@ -33,14 +28,14 @@ def silu(z):
     Returns
     -------
     ndarray of the same shape and dtype as ``z``
-        For ``z << 0`` the exponential overflows to inf and the result is -0, the limit.
+        -0 for ``z << 0`` (the exponential overflows to inf), the limit.
     """
     with np.errstate(over="ignore"):  # z << 0: exp(-z) = inf and z / inf = -0, the limit
         return z / (1.0 + np.exp(-z))
 
 
 class SwiGLU(NamedMaps):
-    r"""Gated feed-forward network: three Linear maps without biases.
+    """Gated feed-forward network: three Linear maps without biases. Page: modern-block.md.
 
     Parameters
     ----------
@@ -60,22 +55,8 @@ class SwiGLU(NamedMaps):
     down : Linear
         F -> D, without bias.
     params : NestedParams
-        Live view of their matrices with the formula's names: ``W_gate`` (D, F), ``W_up``
-        (D, F), ``W_down`` (F, D), applied as ``x @ W``; Xavier/Glorot-uniform at
-        initialisation.
-
-    Notes
-    -----
-    After a call ``self.cache`` holds ``z``, the gate's pre-activation x W_gate, and ``up``,
-    x W_up (both (..., F)), for :meth:`backward`; each Linear keeps its own cache.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import SwiGLU
-    >>> ff = SwiGLU(8, 24, rng=0)
-    >>> ff(np.ones((2, 3, 8))).shape
-    (2, 3, 8)
+        Their matrices with the formula's names, ``W_gate`` (D, F), ``W_up`` (D, F), ``W_down``
+        (F, D), Xavier/Glorot-uniform at initialisation.
     """
 
     check_init, check_call = check_swiglu_init, check_swiglu_call
@@ -106,13 +87,8 @@ class SwiGLU(NamedMaps):
 
     # --8<-- [start:swiglu_backward]
     def backward(self, grad_output):
-        r"""dL/dy (..., D) -> dL/dx (..., D); the three Linear layers fill their ``grads``.
-
-        With :math:`\sigma` the logistic sigmoid, SiLU's derivative is
-
-        .. math:: \mathrm{SiLU}'(z) = \sigma(z) + z\, \sigma(z) \big(1 - \sigma(z)\big)
-                  = \sigma(z) + \mathrm{SiLU}(z) \big(1 - \sigma(z)\big).
-        """
+        """dL/dy (..., D) -> dL/dx (..., D); the three Linear layers fill their ``grads``.
+        Page: finetuning.md (SiLU's derivative)."""
         c = self.saved()
         z, up = c["z"], c["up"]  # (..., F) each
         g = as_grad(grad_output, z.shape[:-1] + (self.d_model,), z.dtype)

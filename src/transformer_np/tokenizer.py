@@ -1,22 +1,10 @@
-r"""Text to token ids: a byte-level BPE tokenizer, trained from scratch or read from a GGUF file.
+"""Text to token ids: a byte-level BPE tokenizer, trained from scratch or read from a GGUF file.
+Page: tokenizer.md.
 
-A model reads integers, not text. A byte-level BPE tokenizer (GPT-2's, SmolLM2's) turns a
-string into ids in three steps:
-
-1. the special tokens written in the text (``<|im_start|>``) are cut out whole;
-2. the pre-tokenizer, a regular expression, cuts the rest into pieces: a word with the space
-   before it, a number, a run of punctuation, a run of whitespace;
-3. each piece becomes its UTF-8 bytes, one token per byte, and the learned merges join
-   adjacent tokens, the merge learned first before the others, until none applies.
-
-Decoding joins the tokens' bytes and reads them as UTF-8. :meth:`ByteLevelBPE.train` learns
-the merges from a text (count the adjacent pairs, merge the most frequent, again);
-:meth:`ByteLevelBPE.from_gguf` reads them from a model's file, and gives the same ids as the
-``tokenizers`` library. Plain Python: no NumPy. Page: tokenizer.md.
-
-Vocabularies are stored in GPT-2's byte alphabet (:func:`bytes_to_unicode`), where every byte
-is one printable character: a token ``"Ġcasa"`` is the bytes ``b" casa"``. Here a token *is*
-its bytes; the spelling is only used to read and write vocabularies.
+Special tokens are cut out whole; the pre-tokenizer, a regular expression, cuts the rest into
+pieces; each piece becomes its UTF-8 bytes, one token per byte, which the learned merges join,
+the merge learned first before the others. Vocabularies are spelled in GPT-2's byte alphabet
+(:func:`bytes_to_unicode`: ``"Ġcasa"`` is ``b" casa"``). Plain Python: no NumPy.
 """
 
 from __future__ import annotations
@@ -50,12 +38,9 @@ __all__ = [
 
 # --8<-- [start:bytes_to_unicode]
 def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte alphabet: each of the 256 bytes spelled as one printable character.
-
-    Printable bytes stand for themselves (``b"a"`` is ``"a"``, ``0xE8`` is ``"è"``); the others
-    (control characters, the space, ...) are moved, in order, to the characters from 256 up,
-    so a space is spelled ``"Ġ"`` (256 + 32) and a newline ``"Ċ"`` (256 + 10).
-    """
+    """GPT-2's byte alphabet: each of the 256 bytes spelled as one printable character, the
+    printable ones as themselves and the others (the space, control characters) moved in order to
+    256 and up: a space is ``"Ġ"`` (256 + 32), a newline ``"Ċ"`` (256 + 10)."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
     printable += range(ord("®"), ord("ÿ") + 1)
     spelling, moved = {}, 0
@@ -113,11 +98,8 @@ def pre_tokenize(text: str, pattern: str = GPT2_SPLIT) -> list[str]:
 
 # --8<-- [start:count_pairs]
 def count_pairs(words: dict[tuple[int, ...], int]) -> Counter:
-    """How often each pair of adjacent tokens occurs: ``{(left, right): count}``.
-
-    ``words`` maps each piece of the text, as a tuple of token ids, to the number of times it
-    occurs; a pair never spans two pieces.
-    """
+    """How often each pair of adjacent tokens occurs, ``{(left, right): count}``, in ``words``
+    (each piece as a tuple of ids -> its occurrences); a pair never spans two pieces."""
     counts = Counter()
     for word, n in words.items():
         for pair in pairwise(word):
@@ -130,11 +112,8 @@ def count_pairs(words: dict[tuple[int, ...], int]) -> Counter:
 
 # --8<-- [start:merge_pair]
 def merge_pair(word: tuple[int, ...], pair: tuple[int, int], new_id: int) -> tuple[int, ...]:
-    """``word`` with each occurrence of ``pair`` replaced by ``new_id``, from left to right.
-
-    ``merge_pair((5, 6, 6, 6), (6, 6), 9)`` is ``(5, 9, 6)``: an occurrence that overlaps one
-    already merged is left.
-    """
+    """``word`` with each occurrence of ``pair`` replaced by ``new_id``, from left to right:
+    ``merge_pair((5, 6, 6, 6), (6, 6), 9)`` is ``(5, 9, 6)``."""
     merged, i = [], 0
     while i < len(word):
         if i + 1 < len(word) and (word[i], word[i + 1]) == pair:
@@ -150,20 +129,17 @@ def merge_pair(word: tuple[int, ...], pair: tuple[int, int], new_id: int) -> tup
 
 
 class ByteLevelBPE:
-    """A byte-level BPE tokenizer: ``encode(text) -> ids`` and ``decode(ids) -> text``.
-
-    Build one with :meth:`train` (from a text) or :meth:`from_gguf` (from a model's file).
+    """A byte-level BPE tokenizer: ``encode(text) -> ids`` and ``decode(ids) -> text``, built with
+    :meth:`train` (from a text) or :meth:`from_gguf` (from a model's file). Page: tokenizer.md.
 
     Parameters
     ----------
     vocab : list of bytes
-        Token id -> the bytes it stands for. Every one of the 256 single bytes that text can
-        hold should be there (a trained vocabulary has them all).
+        Token id -> the bytes it stands for; every one of the 256 single bytes should be there.
     merges : list of (int, int)
-        The merges, best first: ``(left, right)`` ids whose joined bytes are a token of
-        ``vocab``.
+        The merges, best first: ``(left, right)`` ids whose joined bytes are a token of ``vocab``.
     special_tokens : dict of str to int, optional
-        Tokens matched whole in the text and never cut (``"<|im_end|>": 2``), and left out by
+        Tokens matched whole in the text and never cut (``"<|im_end|>": 2``), left out by
         ``decode(..., skip_special_tokens=True)``.
     added_tokens : dict of str to int, optional
         Tokens matched whole too, but not special (kept by ``skip_special_tokens``).
@@ -174,14 +150,7 @@ class ByteLevelBPE:
     chat_template : str, optional
         The Jinja2 template of :meth:`apply_chat_template`.
     cache_size : int, default 16384
-        How many pieces keep their ids in memory, so that a word seen before is not merged
-        again (least recently used first out).
-
-    Notes
-    -----
-    ``decode(encode(s)) == s`` for every string ``s`` that ``encode`` accepts; it refuses,
-    naming the character, a lone surrogate and a character with a byte the vocabulary lacks
-    (SmolLM2's lacks 21 of the 256), which the ``tokenizers`` library drops without a word.
+        How many pieces keep their ids in memory (least recently used first out).
     """
 
     PRE_TOKENIZERS = PRE_TOKENIZERS  # the names ``pre`` can take
@@ -231,15 +200,16 @@ class ByteLevelBPE:
     @checked(check_train)
     # --8<-- [start:train]
     def train(cls, text, vocab_size, *, special_tokens=(), pre="gpt2") -> ByteLevelBPE:
-        """Learn ``vocab_size - 256 - len(special_tokens)`` merges from ``text``, in order.
+        """Learn ``vocab_size - 256 - len(special_tokens)`` merges from ``text``, in order:
+        ties go to the smallest ids, the bytes numbered in the order of their spelling, so the
+        merges are those of the ``tokenizers`` library's ``BpeTrainer``.
 
         Parameters
         ----------
         text : str
-            The training text.
         vocab_size : int
-            The size of the vocabulary to reach: the special tokens, the 256 bytes, then one
-            token per merge. Training stops earlier if no pair is left to merge.
+            The size to reach: the special tokens, the 256 bytes, then one token per merge (fewer if
+            no pair is left to merge).
         special_tokens : sequence of str, optional
             Tokens given the first ids (``"<|endoftext|>"``), matched whole by ``encode``.
         pre : str, default "gpt2"
@@ -248,12 +218,6 @@ class ByteLevelBPE:
         Returns
         -------
         ByteLevelBPE
-
-        Notes
-        -----
-        Ties go to the smallest ids, and the 256 bytes are numbered in the order of their
-        spelling, as in the ``tokenizers`` library: the same merges as its ``BpeTrainer``
-        (tokenizer.md).
         """
         # 1. The starting vocabulary: the special tokens, then the 256 bytes.
         vocab = [token.encode("utf-8") for token in special_tokens]
@@ -309,17 +273,13 @@ class ByteLevelBPE:
         Parameters
         ----------
         text : str
-            Any string without a lone surrogate (see Notes of :class:`ByteLevelBPE`).
+            Without a lone surrogate or a character with a byte the vocabulary lacks (SmolLM2's
+            lacks 21 of the 256): ``encode`` names such a character, which ``tokenizers`` drops
+            without a word. Then ``decode(encode(text)) == text``.
 
         Returns
         -------
         list of int
-
-        Examples
-        --------
-        >>> tok = load_smollm2_tokenizer()  # doctest: +SKIP
-        >>> tok.encode("Hello 12345")  # doctest: +SKIP
-        [19556, 216, 33, 34, 35, 36, 37]
         """
         ids = []
         # 1. special tokens: split them out (the split keeps them, at the odd positions)
@@ -338,13 +298,9 @@ class ByteLevelBPE:
     @checked(check_decode)
     # --8<-- [start:decode]
     def decode(self, ids, *, skip_special_tokens: bool = False) -> str:
-        """The text of ``ids``: their bytes joined, read as UTF-8.
-
-        Bytes that are not valid UTF-8 (half of a character, when ``ids`` is cut in the
-        middle of one) become ``"\\ufffd"`` (�). Special tokens are kept unless
-        ``skip_special_tokens``; keeping them (transformers' default too) makes
-        ``decode(encode(s)) == s``, chat markup included.
-        """
+        r"""The text of ``ids``: their bytes joined, read as UTF-8 (half a character
+        becomes ``"\ufffd"``); special tokens are kept unless ``skip_special_tokens``, as in
+        transformers."""
         skip = set(self.special_ids.values()) if skip_special_tokens else set()
         data = b"".join(self.vocab[i] for i in ids if i not in skip)
         return data.decode("utf-8", errors="replace")
@@ -357,7 +313,8 @@ class ByteLevelBPE:
     @classmethod
     @checked(check_from_gguf)
     def from_gguf(cls, gguf) -> ByteLevelBPE:
-        """The tokenizer described by a GGUF file's metadata (SmolLM2's, for one).
+        """The tokenizer of a GGUF file's metadata (SmolLM2's, for one), read as transformers
+        reads it: the same ids as the ``tokenizers`` library.
 
         Parameters
         ----------
@@ -367,17 +324,9 @@ class ByteLevelBPE:
         Returns
         -------
         ByteLevelBPE
-            With the file's vocabulary (``tokenizer.ggml.tokens``, in the byte alphabet),
-            merges (``tokenizer.ggml.merges``), pre-tokenizer (``tokenizer.ggml.pre``), special
-            tokens (``tokenizer.ggml.token_type`` 3, control; 4, user-defined, become added
-            tokens), ``bos_id``, ``eos_id`` and chat template.
-
-        Notes
-        -----
-        As transformers reads the same file: a token not written in the byte alphabet is
-        taken as UTF-8 text, and a control token not written in it is not matched whole.
-        ``encode`` adds no BOS token; SmolLM2's file says ``add_bos_token = False``, and its
-        chat template writes its own ``<|im_start|>``.
+            With the file's vocabulary, merges, pre-tokenizer, special tokens (``token_type`` 3,
+            control; 4, user-defined, become added tokens), ``bos_id``, ``eos_id`` and chat
+            template. ``encode`` adds no BOS token (SmolLM2's file: ``add_bos_token = False``).
         """
         md = gguf.metadata
         tokens, types = md["tokenizer.ggml.tokens"], md["tokenizer.ggml.token_type"]
