@@ -109,6 +109,7 @@ class EncoderBlock(Module):
 
     # --8<-- [end:encoder_block]
 
+    # --8<-- [start:encoder_block_decode_step]
     def decode_step(self, B, watch=None):
         """:meth:`forward` in evaluation mode with a ``kv_cache``, for one new position of each
         of B sequences: (B, D) rows through the sublayers' own steps."""
@@ -124,6 +125,8 @@ class EncoderBlock(Module):
             return norm2(h + ff(h))
 
         return pre_ln if self.norm_first else post_ln
+
+    # --8<-- [end:encoder_block_decode_step]
 
     def source_step(self, B, S, watch=None):
         """:meth:`forward` in evaluation mode on the B S rows of B sequences of S positions
