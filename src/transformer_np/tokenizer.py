@@ -312,6 +312,7 @@ class ByteLevelBPE:
     # ------------------------------------------------------------------------------------------
     @classmethod
     @checked(check_from_gguf)
+    # --8<-- [start:from_gguf]
     def from_gguf(cls, gguf) -> ByteLevelBPE:
         """The tokenizer of a GGUF file's metadata (SmolLM2's, for one), read as transformers
         reads it: the same ids as the ``tokenizers`` library.
@@ -352,7 +353,10 @@ class ByteLevelBPE:
             chat_template=md.get("tokenizer.chat_template"),
         )
 
+    # --8<-- [end:from_gguf]
+
     @checked(check_chat)
+    # --8<-- [start:apply_chat_template]
     def apply_chat_template(self, messages, add_generation_prompt: bool = True) -> str:
         """Render ``messages`` (``[{"role": "user", "content": "..."}, ...]``) as one prompt.
 
@@ -371,17 +375,23 @@ class ByteLevelBPE:
             eos_token=text(self.eos_id),
         )
 
+    # --8<-- [end:apply_chat_template]
+
     @checked(check_chat)
+    # --8<-- [start:chat_ids]
     def chat_ids(self, messages, add_generation_prompt: bool = True) -> list[int]:
         """The token ids of the rendered chat prompt, ready for the model."""
         prompt = self.apply_chat_template(messages, add_generation_prompt)
         return self.encode(prompt)
+
+    # --8<-- [end:chat_ids]
 
 
 CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types in a GGUF file (1 is a normal token)
 
 
 @functools.lru_cache(maxsize=8)
+# --8<-- [start:compiled_template]
 def compiled_template(source: str):
     """A chat template compiled once, in Jinja2's sandbox with the options transformers uses
     (``trim_blocks``, ``lstrip_blocks``, loop controls). Needs ``jinja2``."""
@@ -397,3 +407,6 @@ def compiled_template(source: str):
 
     env.globals["raise_exception"] = raise_exception
     return env.from_string(source)
+
+
+# --8<-- [end:compiled_template]
