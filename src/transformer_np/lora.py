@@ -133,6 +133,7 @@ class LoRALinear(Module):
 # --------------------------------------------------------------------------------------------
 
 
+# --8<-- [start:names_one]
 def names_one(target, name):
     """Whether ``target`` names the layer ``name``: the whole dotted name, its end after a dot
     (``"q"``, ``"attn.q"``), or a regular expression matching the whole name."""
@@ -144,6 +145,10 @@ def names_one(target, name):
         return False
 
 
+# --8<-- [end:names_one]
+
+
+# --8<-- [start:find_targets]
 def find_targets(model, targets):
     """``{path: Linear}`` of the Linear layers of ``model`` that ``targets`` name, a LlamaModel's
     by transformers' names too (``"q_proj"``); a target naming none is a ValueError listing them."""
@@ -164,6 +169,10 @@ def find_targets(model, targets):
     return {p: m for p, m in linears.items() if p in found}  # in the model's order
 
 
+# --8<-- [end:find_targets]
+
+
+# --8<-- [start:adapt]
 def adapt(model, found, r, alpha, dropout, rng):
     """Freeze ``model`` and put a LoRALinear in place of each Linear of ``found``."""
     model.freeze()  # 1. every weight of the base frozen
@@ -173,7 +182,11 @@ def adapt(model, found, r, alpha, dropout, rng):
     return model
 
 
+# --8<-- [end:adapt]
+
+
 @checked(check_add_lora)
+# --8<-- [start:add_lora]
 def add_lora(model, r=8, alpha=16, *, targets=("q", "v"), dropout=0.0, rng=None):
     """Freeze ``model`` and put a low-rank adapter on each Linear map that ``targets`` name.
 
@@ -214,7 +227,11 @@ def add_lora(model, r=8, alpha=16, *, targets=("q", "v"), dropout=0.0, rng=None)
     return adapt(model, find_targets(model, targets), r, alpha, dropout, rng)
 
 
+# --8<-- [end:add_lora]
+
+
 @checked(check_lora_params)
+# --8<-- [start:lora_params]
 def lora_params(model):
     """The adapters' matrices of ``model``, ``{name: array}`` in the order of ``model.params``,
     not copied: give them to an optimiser (``Adam(lora_params(model))``).
@@ -227,6 +244,9 @@ def lora_params(model):
     adapters = {id(a.lora_A) for a in lora_layers(model).values()}
     adapters |= {id(a.lora_B) for a in lora_layers(model).values()}
     return {name: leaf.params[k] for name, leaf, k in model.leaves() if id(leaf) in adapters}
+
+
+# --8<-- [end:lora_params]
 
 
 @checked(check_merge_lora)
