@@ -132,6 +132,7 @@ class ModelBase(Module):
 
         return forward
 
+    # --8<-- [start:model_decode_step]
     def decode_step(self, B, watch=None):
         """The model on one new token of each of B sequences: ``step(ids (B,), kv_cache, t, memory,
         additive memory mask) -> logits (B, V)``, or None when a row overflowed a normalisation
@@ -157,6 +158,8 @@ class ModelBase(Module):
             return logits(x)  # (B, V)
 
         return step
+
+    # --8<-- [end:model_decode_step]
 
 
 # --------------------------------------------------------------------------------------------
