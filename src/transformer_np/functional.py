@@ -42,8 +42,9 @@ __all__ = [
 
 
 @checked(check_softmax)
+# --8<-- [start:softmax]
 def softmax(x, axis=-1):
-    """Numerically stable softmax along ``axis``.
+    """Numerically stable softmax along ``axis``. Page: attention.md.
 
     Parameters
     ----------
@@ -56,26 +57,10 @@ def softmax(x, axis=-1):
     Returns
     -------
     ndarray of the same shape and dtype as ``x``
-        Non-negative values that sum to 1 along ``axis``. A slice whose entries are all
-        ``-inf`` has no probability distribution; it gets all zeros (the same rule as a fully
-        masked row in attention), never NaN.
-
-    Notes
-    -----
-    .. math:: \\mathrm{softmax}(x)_i = \\frac{e^{x_i - m}}{\\sum_j e^{x_j - m}},
-              \\qquad m = \\max_j x_j
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import softmax
-    >>> p = softmax(np.array([1.0, 2.0, 3.0]))
-    >>> np.round(p, 4)
-    array([0.09  , 0.2447, 0.6652])
-    >>> bool(np.isclose(p.sum(), 1.0))
-    True
+        Non-negative values that sum to 1 along ``axis``; a slice that is ``-inf`` everywhere
+        gets all zeros (a fully masked row in attention), never NaN.
     """
-    xc = to_compute(x)
+    xc = to_compute(x)  # float16 is computed in float32
     # 1. The maximum of each slice. An all -inf slice has maximum -inf: use 0 there instead,
     #    so that its exponentials are exp(-inf - 0) = 0, not exp(-inf + inf) = NaN.
     m = np.max(xc, axis=axis, keepdims=True)  # (...) -> (...) with 1 along axis
@@ -90,6 +75,9 @@ def softmax(x, axis=-1):
     # 4. Normalise.
     e /= total  # (...)
     return e.astype(x.dtype, copy=False)
+
+
+# --8<-- [end:softmax]
 
 
 @checked(check_log_softmax)
