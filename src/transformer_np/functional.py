@@ -283,8 +283,9 @@ def gelu(x, approximate=False, *, with_slope=False):
 
 
 @checked(check_layer_norm)
+# --8<-- [start:layer_norm]
 def layer_norm(x, gamma, beta, eps=1e-5, *, with_stats=False):
-    r"""Layer normalisation over the last axis, then a learned affine map.
+    r"""Layer normalisation over the last axis, then a learned affine map. Page: layer-norm.md.
 
     Parameters
     ----------
@@ -295,7 +296,7 @@ def layer_norm(x, gamma, beta, eps=1e-5, *, with_stats=False):
     beta : ndarray of shape (D,)
         Shift.
     eps : float, default 1e-5
-        Added to the variance for numerical safety (BERT uses 1e-12).
+        Added to the (biased) variance for numerical safety (BERT uses 1e-12).
     with_stats : bool, default False
         Also return ``x_hat`` and ``rstd`` (keyword only), which the
         :class:`~transformer_np.LayerNorm` layer keeps for its backward pass.
@@ -308,25 +309,8 @@ def layer_norm(x, gamma, beta, eps=1e-5, *, with_stats=False):
         The normalised input ``(x - mu) * rstd``.
     rstd : ndarray of shape (..., 1), only with ``with_stats=True``
         ``1 / sqrt(var + eps)`` of each row.
-
-    Notes
-    -----
-    .. math:: \mathrm{LayerNorm}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}}
-              + \beta, \qquad \mu = \frac{1}{D}\sum_i x_i, \quad
-              \sigma^2 = \frac{1}{D}\sum_i (x_i - \mu)^2
-
-    The variance is the biased one (divided by ``D``), as in the paper and in PyTorch.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import layer_norm
-    >>> x = np.array([[1.0, 2.0, 3.0, 4.0]])
-    >>> y = layer_norm(x, np.ones(4), np.zeros(4))
-    >>> np.round(y, 4)
-    array([[-1.3416, -0.4472,  0.4472,  1.3416]])
     """
-    xc = to_compute(x)
+    xc = to_compute(x)  # float16 is computed in float32
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below
         # 1. The mean of each row, and the centred input.
         mu = xc.sum(axis=-1, keepdims=True) / x.shape[-1]  # (..., D) -> (..., 1)
@@ -345,3 +329,6 @@ def layer_norm(x, gamma, beta, eps=1e-5, *, with_stats=False):
     check_normalised(rstd, x, "x")  # a row too large for the dtype: an error, not zeros
     y = y.astype(x.dtype, copy=False)
     return (y, x_hat, rstd) if with_stats else y
+
+
+# --8<-- [end:layer_norm]
