@@ -1,10 +1,5 @@
-"""Gradient clipping by global norm: all gradients scaled together, their direction kept.
-
-Gradients are plain dicts ``name -> ndarray`` (such as ``model.grads``).
-:func:`global_norm` measures them all as one vector; :func:`clip_grad_norm` scales them in place
-so that this norm is at most ``max_norm``, as ``torch.nn.utils.clip_grad_norm_`` does.
-:func:`~transformer_np.train_step` calls it before every Adam step. Page:
-``docs/*/training.md``, section "Gradient clipping".
+"""Gradient clipping by global norm, on a dict ``name -> ndarray`` such as ``model.grads``: all
+the gradients scaled together, their direction kept. Page: training.md.
 """
 
 from __future__ import annotations
@@ -20,6 +15,7 @@ __all__ = ["clip_grad_norm", "global_norm"]
 
 
 @checked(check_global_norm)
+# --8<-- [start:global_norm]
 def global_norm(grads):
     """Euclidean norm of all gradients taken together, ``sqrt(sum_k ||g_k||^2)``.
 
@@ -38,12 +34,6 @@ def global_norm(grads):
     ------
     TypeError
         If ``grads`` is not a dict of real numeric arrays.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> global_norm({"a": np.array([3.0]), "b": np.array([[4.0]])})
-    5.0
     """
     total = 0.0
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow makes the norm inf
@@ -55,7 +45,11 @@ def global_norm(grads):
     return math.sqrt(total)
 
 
+# --8<-- [end:global_norm]
+
+
 @checked(check_clip_grad_norm)
+# --8<-- [start:clip_grad_norm]
 def clip_grad_norm(grads, max_norm):
     """Scale all gradients in place so that their global norm is at most ``max_norm``.
 
@@ -82,16 +76,7 @@ def clip_grad_norm(grads, max_norm):
 
     Notes
     -----
-    .. math:: g \\leftarrow g \\cdot \\min\\left(1, \\frac{c}{\\lVert g \\rVert_2 + 10^{-6}}\\right)
-
-    as ``torch.nn.utils.clip_grad_norm_``. The direction of the update is kept.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> g = {"w": np.array([3.0, 4.0])}
-    >>> clip_grad_norm(g, 1.0), g["w"].round(3).tolist()
-    (5.0, [0.6, 0.8])
+    As ``torch.nn.utils.clip_grad_norm_``: the scale is ``max_norm / (norm + 1e-6)``.
     """
     norm = global_norm(grads)
     if math.isfinite(norm) and norm > max_norm:
@@ -99,3 +84,6 @@ def clip_grad_norm(grads, max_norm):
         for g in grads.values():
             g *= scale
     return norm
+
+
+# --8<-- [end:clip_grad_norm]

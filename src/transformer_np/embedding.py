@@ -1,9 +1,6 @@
 """Token embeddings and the output layer that can share their matrix (weight tying).
 
-:class:`Embedding` turns token ids into vectors (one row of a table per token, scaled by
-sqrt(d_model) as in the paper); :class:`TiedOutput` turns vectors back into one score per
-token of the vocabulary with the same table, transposed (Press and Wolf, 2017). Page:
-embeddings.md.
+Pages: embeddings.md (forward), backprop.md (backward, and the shared matrix's two gradients).
 """
 
 from __future__ import annotations
@@ -50,23 +47,13 @@ class Embedding(Module):
 
     Notes
     -----
-    .. math:: \mathrm{Embedding}(t) = \sqrt{d_{\text{model}}}\; W_{t,:}
-
-    After a call ``self.cache`` holds the ``ids``. When an output layer shares the table
-    (:class:`TiedOutput`), ``grads["W"]`` is the sum of both layers' shares of the gradient:
-    see :meth:`set_grad_share`.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import Embedding
-    >>> emb = Embedding(100, 16, rng=np.random.default_rng(0))
-    >>> emb(np.array([[1, 2, 3], [4, 5, 6]])).shape
-    (2, 3, 16)
+    When an output layer shares the table (:class:`TiedOutput`), ``grads["W"]`` is the sum of
+    both layers' shares of the gradient: see :meth:`set_grad_share`.
     """
 
     check_init, check_call = check_embedding_init, check_embedding_call
 
+    # --8<-- [start:embedding_init]
     def __init__(self, vocab_size, d_model, *, scale=True, rng=None, dtype=np.float64, init=True):
         super().__init__()
         self.vocab_size, self.d_model, self.scale = int(vocab_size), int(d_model), bool(scale)
@@ -77,6 +64,7 @@ class Embedding(Module):
         else:  # a loader will overwrite W: zeros, no random draw
             self.params["W"] = np.zeros(shape, dtype)
         self.grad_shares = {}  # who -> its share of dL/dW, summed into grads["W"]
+        # --8<-- [end:embedding_init]
 
     def __repr__(self):
         return (
@@ -86,6 +74,7 @@ class Embedding(Module):
     def expected_shapes(self):
         return {"W": (self.vocab_size, self.d_model)}
 
+    # --8<-- [start:embedding_forward]
     def forward(self, ids):
         """Rows ``ids`` of the table, times sqrt(D) if ``scale``: ids.shape -> ids.shape + (D,)."""
         W = self.params["W"]
@@ -94,31 +83,12 @@ class Embedding(Module):
             out *= W.dtype.type(math.sqrt(self.d_model))
         self.cache = {"ids": ids}
         return out
+        # --8<-- [end:embedding_forward]
 
+    # --8<-- [start:embedding_backward]
     def backward(self, grad_output):
-        r"""Backward pass of the last call.
-
-        Parameters
-        ----------
-        grad_output : ndarray of shape ids.shape + (D,)
-            dL/d(output).
-
-        Returns
-        -------
-        None
-            Token ids are integers: there is no gradient with respect to them.
-            ``self.grads["W"]`` (V, D) gets the gradient of the table (with a tied output
-            layer's share added: :meth:`set_grad_share`).
-
-        Notes
-        -----
-        Row :math:`t` of the table receives the sum of the gradients at every position where
-        token :math:`t` occurs (times :math:`\sqrt{d_{\text{model}}}` when scaled); rows of
-        tokens absent from the batch get 0.
-
-        .. math:: \frac{\partial L}{\partial W_{t,:}} = \sqrt{d_{\text{model}}}
-                  \sum_{n:\ \mathrm{ids}_n = t} g_n
-        """
+        """dL/d(output) ids.shape + (D,) -> None (ids have no gradient); ``grads["W"]`` (V, D), with
+        a tied output layer's share added (:meth:`set_grad_share`). Page: backprop.md."""
         ids = self.saved()["ids"]
         W = self.params["W"]
         g = as_grad(grad_output, ids.shape + (self.d_model,), W.dtype)
@@ -136,35 +106,24 @@ class Embedding(Module):
             dW[sorted_ids[starts]] = np.add.reduceat(g2[order], starts, axis=0)  # (n_distinct, D)
         self.set_grad_share("lookup", dW)
         return None
+        # --8<-- [end:embedding_backward]
 
+    # --8<-- [start:set_grad_share]
     def set_grad_share(self, who, dW):
-        """Record ``who``'s share of dL/dW (V, D); ``grads["W"]`` becomes the sum of the shares.
-
-        The lookup (:meth:`backward`, ``who="lookup"``) and a tied output layer
-        (:meth:`TiedOutput.backward`, ``who="output"``) each give their share of the last
-        backward pass; each call replaces that layer's previous share, so the two backward
-        passes may run in either order and ``grads["W"]`` is their sum after both.
-        """
+        """Record ``who``'s share of dL/dW (V, D), the lookup's or a tied output layer's, replacing
+        its previous one; ``grads["W"]`` is the sum of the shares. Page: backprop.md."""
         self.grad_shares[who] = dW
         shares = list(self.grad_shares.values())
         self.grads = {"W": sum(shares[1:], start=shares[0])}  # one share: itself, no copy
+        # --8<-- [end:set_grad_share]
 
+    # --8<-- [start:embedding_attend]
     def attend(self, h):
-        """The logits of ``h`` against the table, ``h @ W^T``: (..., D) -> (..., V).
-
-        Parameters
-        ----------
-        h : ndarray of shape (..., D)
-            Checked vectors (:class:`TiedOutput` checks them); the product runs in their dtype.
-
-        Returns
-        -------
-        ndarray of shape (..., V)
-            The dot product of each vector with every token's row.
-        """
+        """The logits of ``h`` (..., D) against the table, ``h @ W^T``: (..., V)."""
         W = self.params["W"].astype(h.dtype, copy=False)
         h2 = h.reshape(-1, self.d_model)  # (..., D) -> (N, D)
         return (h2 @ W.T).reshape(*h.shape[:-1], self.vocab_size)  # (N, D) @ (D, V) -> (..., V)
+        # --8<-- [end:embedding_attend]
 
 
 class TiedOutput(Module):
@@ -189,28 +148,34 @@ class TiedOutput(Module):
 
     check_init, check_call = check_tied_output_init, check_tied_output_call
 
+    # --8<-- [start:tied_output_init]
     def __init__(self, embedding: Embedding):
         super().__init__()
         self.embedding = embedding  # not a child: its W is counted once, as the embedding's
         W = embedding.params["W"]
         self.params["b"] = np.zeros(W.shape[0], W.dtype)
+        # --8<-- [end:tied_output_init]
 
     def expected_shapes(self):
         return {"b": (self.embedding.vocab_size,)}
 
+    # --8<-- [start:tied_output_forward]
     def forward(self, h):
-        """``h @ E^T + b``: (..., D) -> (..., V)."""
+        """``h @ E^T + b``: (..., D) -> (..., V). Page: embeddings.md."""
         logits = self.embedding.attend(h)  # (..., D) -> (..., V)
         logits += self.params["b"].astype(h.dtype, copy=False)
         self.cache = {"h": h.reshape(-1, self.embedding.d_model), "shape": h.shape}  # h: (N, D)
         return logits
+        # --8<-- [end:tied_output_forward]
 
     def decode_step(self, B, watch=None):
         """``forward`` on (B, D) rows: a product by the embedding matrix transposed, read now."""
         return affine(self.embedding.params["W"].T, self.params["b"], B)
 
+    # --8<-- [start:tied_output_backward]
     def backward(self, grad_output):
-        """dL/dh (..., D); ``grads["b"]``, and this layer's share of the embedding's gradient."""
+        """dL/dlogits (..., V) -> dL/dh (..., D); ``grads["b"]``, and this layer's share of the
+        embedding's gradient. Page: backprop.md."""
         cache = self.saved()
         h2, shape = cache["h"], cache["shape"]  # (N, D)
         V = self.embedding.vocab_size
@@ -220,3 +185,4 @@ class TiedOutput(Module):
         dW = (g2.T @ h2).astype(W.dtype, copy=False)  # (V, N) @ (N, D) -> (V, D)
         self.embedding.set_grad_share("output", dW)
         return (g2 @ W.astype(h2.dtype, copy=False)).reshape(shape)  # (N, V) @ (V, D)
+        # --8<-- [end:tied_output_backward]

@@ -1,10 +1,8 @@
 """Pure functions: softmax and log-softmax, ReLU, GELU and erf, layer normalisation.
 
-Stateless maths on NumPy arrays; the layers of :mod:`transformer_np.layers` and
-:mod:`transformer_np.attention` call them. float32 in gives float32 out, float64 gives float64;
-float16 is computed in float32 and cast back. The error function and the exact GELU call the
-kernels of ``_kernels.gelu``, tested equal to the formulas written here. The masks are in
-:mod:`transformer_np.masks`.
+float32 in gives float32 out, float64 gives float64; float16 is computed in float32 and cast back.
+Pages: attention.md (softmax), feed-forward.md (ReLU, GELU, erf), layer-norm.md, backprop.md
+(log-softmax).
 """
 
 from __future__ import annotations
@@ -23,8 +21,8 @@ from ._checks.functions import (
     check_softmax,
 )
 from ._checks.general import check_normalised
-from ._kernels.gelu import erf64 as _erf64
-from ._kernels.gelu import gelu as _gelu_exact
+from ._kernels.gelu import erf64
+from ._kernels.gelu import gelu as exact_gelu
 
 __all__ = [
     "erf",
@@ -42,8 +40,9 @@ __all__ = [
 
 
 @checked(check_softmax)
+# --8<-- [start:softmax]
 def softmax(x, axis=-1):
-    """Numerically stable softmax along ``axis``.
+    """Numerically stable softmax along ``axis``. Page: attention.md.
 
     Parameters
     ----------
@@ -56,26 +55,10 @@ def softmax(x, axis=-1):
     Returns
     -------
     ndarray of the same shape and dtype as ``x``
-        Non-negative values that sum to 1 along ``axis``. A slice whose entries are all
-        ``-inf`` has no probability distribution; it gets all zeros (the same rule as a fully
-        masked row in attention), never NaN.
-
-    Notes
-    -----
-    .. math:: \\mathrm{softmax}(x)_i = \\frac{e^{x_i - m}}{\\sum_j e^{x_j - m}},
-              \\qquad m = \\max_j x_j
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import softmax
-    >>> p = softmax(np.array([1.0, 2.0, 3.0]))
-    >>> np.round(p, 4)
-    array([0.09  , 0.2447, 0.6652])
-    >>> bool(np.isclose(p.sum(), 1.0))
-    True
+        Non-negative values that sum to 1 along ``axis``; a slice that is ``-inf`` everywhere
+        gets all zeros (a fully masked row in attention), never NaN.
     """
-    xc = to_compute(x)
+    xc = to_compute(x)  # float16 is computed in float32
     # 1. The maximum of each slice. An all -inf slice has maximum -inf: use 0 there instead,
     #    so that its exponentials are exp(-inf - 0) = 0, not exp(-inf + inf) = NaN.
     m = np.max(xc, axis=axis, keepdims=True)  # (...) -> (...) with 1 along axis
@@ -92,9 +75,13 @@ def softmax(x, axis=-1):
     return e.astype(x.dtype, copy=False)
 
 
+# --8<-- [end:softmax]
+
+
 @checked(check_log_softmax)
+# --8<-- [start:log_softmax]
 def log_softmax(x, axis=-1):
-    """Numerically stable ``log(softmax(x))``.
+    """Numerically stable ``log(softmax(x))``. Page: backprop.md.
 
     Parameters
     ----------
@@ -110,18 +97,6 @@ def log_softmax(x, axis=-1):
         ``x - logsumexp(x)`` along ``axis``, in ``x``'s dtype. A slice that is ``-inf``
         everywhere stays ``-inf`` everywhere (the log of the all-zero :func:`softmax`), never
         NaN.
-
-    Notes
-    -----
-    .. math:: \\log \\mathrm{softmax}(x)_i = x_i - m - \\log \\sum_j e^{x_j - m},
-              \\quad m = \\max_j x_j
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np.functional import log_softmax
-    >>> np.exp(log_softmax(np.array([1.0, 2.0, 3.0]))).sum().round(6)
-    np.float64(1.0)
     """
     # 1. The maximum of each slice (0 for an all -inf slice: -inf - 0, not -inf + inf = NaN).
     m = x.max(axis=axis, keepdims=True)  # (..., V) -> (..., 1)
@@ -136,14 +111,18 @@ def log_softmax(x, axis=-1):
     return shifted - np.log(total)  # (..., V)
 
 
+# --8<-- [end:log_softmax]
+
+
 # --------------------------------------------------------------------------------------------
 # ReLU
 # --------------------------------------------------------------------------------------------
 
 
 @checked(check_relu)
+# --8<-- [start:relu]
 def relu(x):
-    """Rectified linear unit, ``max(x, 0)`` element-wise.
+    """Rectified linear unit, ``max(x, 0)`` element-wise. Page: feed-forward.md.
 
     Parameters
     ----------
@@ -153,19 +132,11 @@ def relu(x):
     Returns
     -------
     ndarray of the same shape and dtype as ``x``
-
-    Notes
-    -----
-    .. math:: \\mathrm{ReLU}(x) = \\max(0, x)
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import relu
-    >>> relu(np.array([-2.0, 0.0, 3.0]))
-    array([0., 0., 3.])
     """
-    return np.maximum(x, x.dtype.type(0))
+    return np.maximum(x, x.dtype.type(0))  # max(x, 0), with 0 in x's dtype
+
+
+# --8<-- [end:relu]
 
 
 # --------------------------------------------------------------------------------------------
@@ -174,8 +145,9 @@ def relu(x):
 
 
 @checked(check_erf)
+# --8<-- [start:erf]
 def erf(x):
-    r"""The error function, element-wise, in NumPy alone.
+    r"""The error function, element-wise, in NumPy alone. Page: feed-forward.md.
 
     Parameters
     ----------
@@ -185,32 +157,25 @@ def erf(x):
     Returns
     -------
     ndarray of the same shape and dtype as ``x``
-
-    Notes
-    -----
-    .. math:: \mathrm{erf}(x) = \frac{2}{\sqrt{\pi}} \int_0^x e^{-t^2}\, dt
-
-    NumPy has no erf. It is computed in float64 with the rational approximations of the Cephes
-    library (relative error about 1e-16) for every input dtype, then cast to the input dtype
-    (so float32 results are correctly rounded or within one unit in the last place).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import erf
-    >>> np.round(erf(np.array([-1.0, 0.0, 0.5, 2.0])), 6)
-    array([-0.842701,  0.      ,  0.5205  ,  0.995322])
+        Computed in float64 with the rational approximations of the Cephes library (relative
+        error about 1e-16), then cast to ``x``'s dtype.
     """
-    y = _erf64(x.astype(np.float64, copy=False))  # Cephes, in float64
+    y = erf64(x.astype(np.float64, copy=False))  # Cephes, in float64
     return y.astype(x.dtype, copy=False)
 
 
+# --8<-- [end:erf]
+
+
+# --8<-- [start:gelu_tanh_c]
 _GELU_TANH_C = math.sqrt(2.0 / math.pi)
+# --8<-- [end:gelu_tanh_c]
 
 
 @checked(check_gelu)
+# --8<-- [start:gelu]
 def gelu(x, approximate=False, *, with_slope=False):
-    r"""Gaussian error linear unit, ``x * Phi(x)``, element-wise.
+    r"""Gaussian error linear unit, ``x * Phi(x)``, element-wise. Page: feed-forward.md.
 
     Parameters
     ----------
@@ -234,35 +199,20 @@ def gelu(x, approximate=False, *, with_slope=False):
 
     Notes
     -----
-    .. math:: \mathrm{GELU}(x) = x\,\Phi(x)
-              = \frac{x}{2}\left(1 + \mathrm{erf}\!\left(\frac{x}{\sqrt{2}}\right)\right)
-
-    The exact form is computed as ``max(x, 0) - |x| Q(|x|)`` with the Gaussian tail
-    ``Q(a) = 1 - Phi(a) = erfc(a / sqrt(2)) / 2``, which keeps full relative accuracy for
-    negative ``x`` too (where ``1 + erf`` would cancel). float64: Cephes rational
-    approximations, error about 1e-16. float32: a dedicated rational approximation of the
-    scaled tail evaluated in float32, chunk by chunk in cache; absolute error within one
-    float32 rounding of the result, relative error below 3e-6 for ``x > -10`` (PyTorch's own
-    float32 kernel is off by up to about 5e-7 absolute). The tanh form is
-    ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import gelu
-    >>> np.round(gelu(np.array([-3.0, -1.0, 0.0, 1.0, 3.0])), 6)
-    array([-0.00405 , -0.158655,  0.      ,  0.841345,  2.99595 ])
+    The exact form is computed as ``max(x, 0) - |x| Q(|x|)``, ``Q`` the Gaussian tail, which
+    keeps full relative accuracy for negative ``x``: error about 1e-16 in float64, within one
+    rounding of the result in float32.
     """
-    xc = to_compute(x)
+    xc = to_compute(x)  # float16 is computed in float32
     slope = None
     if not approximate:
         # y = 0.5 x (1 + erf(x / sqrt 2)). The kernel computes it as max(x, 0) - |x| Q(|x|),
         # which is the same number without the cancellation of 1 + erf(x / sqrt 2) for x < 0,
         # on every core for large arrays; and, if asked, Phi(x) + x phi(x) from the same Q.
         if with_slope:
-            y, slope = _gelu_exact(xc, with_slope=True)
+            y, slope = exact_gelu(xc, with_slope=True)
         else:
-            y = _gelu_exact(xc)
+            y = exact_gelu(xc)
     else:
         # y = 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3), step by step
         x2 = xc * xc  # x^2
@@ -289,14 +239,18 @@ def gelu(x, approximate=False, *, with_slope=False):
     return y.astype(x.dtype, copy=False)
 
 
+# --8<-- [end:gelu]
+
+
 # --------------------------------------------------------------------------------------------
 # layer normalisation
 # --------------------------------------------------------------------------------------------
 
 
 @checked(check_layer_norm)
+# --8<-- [start:layer_norm]
 def layer_norm(x, gamma, beta, eps=1e-5, *, with_stats=False):
-    r"""Layer normalisation over the last axis, then a learned affine map.
+    r"""Layer normalisation over the last axis, then a learned affine map. Page: layer-norm.md.
 
     Parameters
     ----------
@@ -307,7 +261,7 @@ def layer_norm(x, gamma, beta, eps=1e-5, *, with_stats=False):
     beta : ndarray of shape (D,)
         Shift.
     eps : float, default 1e-5
-        Added to the variance for numerical safety (BERT uses 1e-12).
+        Added to the (biased) variance for numerical safety (BERT uses 1e-12).
     with_stats : bool, default False
         Also return ``x_hat`` and ``rstd`` (keyword only), which the
         :class:`~transformer_np.LayerNorm` layer keeps for its backward pass.
@@ -320,25 +274,8 @@ def layer_norm(x, gamma, beta, eps=1e-5, *, with_stats=False):
         The normalised input ``(x - mu) * rstd``.
     rstd : ndarray of shape (..., 1), only with ``with_stats=True``
         ``1 / sqrt(var + eps)`` of each row.
-
-    Notes
-    -----
-    .. math:: \mathrm{LayerNorm}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}}
-              + \beta, \qquad \mu = \frac{1}{D}\sum_i x_i, \quad
-              \sigma^2 = \frac{1}{D}\sum_i (x_i - \mu)^2
-
-    The variance is the biased one (divided by ``D``), as in the paper and in PyTorch.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import layer_norm
-    >>> x = np.array([[1.0, 2.0, 3.0, 4.0]])
-    >>> y = layer_norm(x, np.ones(4), np.zeros(4))
-    >>> np.round(y, 4)
-    array([[-1.3416, -0.4472,  0.4472,  1.3416]])
     """
-    xc = to_compute(x)
+    xc = to_compute(x)  # float16 is computed in float32
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below
         # 1. The mean of each row, and the centred input.
         mu = xc.sum(axis=-1, keepdims=True) / x.shape[-1]  # (..., D) -> (..., 1)
@@ -357,3 +294,6 @@ def layer_norm(x, gamma, beta, eps=1e-5, *, with_stats=False):
     check_normalised(rstd, x, "x")  # a row too large for the dtype: an error, not zeros
     y = y.astype(x.dtype, copy=False)
     return (y, x_hat, rstd) if with_stats else y
+
+
+# --8<-- [end:layer_norm]

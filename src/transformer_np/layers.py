@@ -6,7 +6,7 @@ The layers built from them live in their own modules: :mod:`~transformer_np.feed
 Every layer is a :class:`~transformer_np.module.Module`: it keeps its parameters in ``params``
 and, after ``backward``, their gradients in ``grads``. Calling a layer checks the input, then
 runs its ``forward``, the plain computation, in the input's dtype (float16 in float32).
-Page: layer-norm.md, feed-forward.md.
+Pages: qkv.md (Linear), layer-norm.md (LayerNorm, Dropout), backprop.md (the backward passes).
 """
 
 from __future__ import annotations
@@ -59,26 +59,11 @@ class Linear(Module):
     params : dict
         ``W`` of shape (d_in, d_out) (note: the transpose of PyTorch's ``Linear.weight``) and,
         with ``bias=True``, ``b`` of shape (d_out,).
-
-    Notes
-    -----
-    .. math:: y = x W + b
-
-    The leading axes are flattened so the product is one 2-D matrix product. After a call
-    ``self.cache`` holds ``x`` (the 2-D input, shape (N, d_in)) and ``shape`` (the input
-    shape) for a backward pass.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import Linear
-    >>> lin = Linear(4, 3, rng=np.random.default_rng(0))
-    >>> lin(np.ones((2, 5, 4))).shape
-    (2, 5, 3)
     """
 
     check_init, check_call = check_linear_init, check_linear_call
 
+    # --8<-- [start:linear_init]
     def __init__(self, d_in, d_out, *, bias=True, rng=None, dtype=np.float64, init="uniform"):
         super().__init__()
         self.d_in, self.d_out, self.has_bias = int(d_in), int(d_out), bool(bias)
@@ -93,6 +78,7 @@ class Linear(Module):
             self.params["b"] = rng.uniform(-limit, limit, self.d_out).astype(dtype)
         elif bias:
             self.params["b"] = np.zeros(self.d_out, dtype)
+        # --8<-- [end:linear_init]
 
     def __repr__(self):
         return f"Linear(d_in={self.d_in}, d_out={self.d_out}, bias={self.has_bias})"
@@ -103,43 +89,26 @@ class Linear(Module):
             shapes["b"] = (self.d_out,)
         return shapes
 
+    # --8<-- [start:linear_forward]
     def forward(self, x):
-        """``x @ W + b``: (..., d_in) -> (..., d_out)."""
+        """``x @ W + b``: (..., d_in) -> (..., d_out), the leading axes as N rows. Page: qkv.md."""
         x2 = x.reshape(-1, self.d_in)  # (..., d_in) -> (N, d_in)
         y = x2 @ self.params["W"].astype(x.dtype, copy=False)  # (N, d_in) -> (N, d_out)
         if self.has_bias:
             y += self.params["b"].astype(x.dtype, copy=False)
         self.cache = {"x": x2, "shape": x.shape}
         return y.reshape(*x.shape[:-1], self.d_out)  # (N, d_out) -> (..., d_out)
+        # --8<-- [end:linear_forward]
 
     def decode_step(self, B, watch=None):
         """``forward`` on (B, d_in) rows with the weights read now: one ``np.dot`` and the bias
         repeated to (B, d_out) (B = 1: rows of any number)."""
         return affine(self.params["W"], self.params["b"] if self.has_bias else None, B)
 
+    # --8<-- [start:linear_backward]
     def backward(self, grad_output):
-        r"""Backward pass of the last call.
-
-        Parameters
-        ----------
-        grad_output : ndarray of shape (..., d_out)
-            dL/dy, the gradient of the loss with respect to the last output.
-
-        Returns
-        -------
-        ndarray of shape (..., d_in)
-            dL/dx. ``self.grads`` gets ``W`` (d_in, d_out) and ``b`` (d_out,), overwritten
-            (not accumulated) at every call; nothing if the layer is frozen
-            (:meth:`~transformer_np.Module.freeze`).
-
-        Notes
-        -----
-        With the leading axes flattened (N rows):
-
-        .. math:: \frac{\partial L}{\partial W} = x^\top g, \qquad
-                  \frac{\partial L}{\partial b} = \sum_n g_n, \qquad
-                  \frac{\partial L}{\partial x} = g\, W^\top
-        """
+        """dL/dy (..., d_out) -> dL/dx (..., d_in) of the last call; ``grads`` gets ``W`` and ``b``
+        (replaced at every call; none if the layer is frozen). Page: backprop.md."""
         cache = self.saved()
         x2 = cache["x"]  # (N, d_in)
         out_shape = tuple(cache["shape"][:-1]) + (self.d_out,)
@@ -152,6 +121,7 @@ class Linear(Module):
         self.grads = grads
         dx = g2 @ W.astype(x2.dtype, copy=False).T  # (N, d_out) @ (d_out, d_in) -> (N, d_in)
         return dx.reshape(cache["shape"])  # (N, d_in) -> (..., d_in)
+        # --8<-- [end:linear_backward]
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,33 +143,17 @@ class LayerNorm(Module):
     ----------
     params : dict
         ``gamma`` (D,) initialised to ones, ``beta`` (D,) initialised to zeros.
-
-    Notes
-    -----
-    .. math:: \mathrm{LayerNorm}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}}
-              + \beta
-
-    with the mean and (biased) variance over the D features of each position. After a call
-    ``self.cache`` holds ``x_hat`` (the normalised input, shape (..., D)) and ``rstd``
-    (1 / sqrt(var + eps), shape (..., 1)).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import LayerNorm
-    >>> ln = LayerNorm(4)
-    >>> y = ln(np.array([[1.0, 2.0, 3.0, 4.0]]))
-    >>> np.round(y.mean(), 6), np.round(y.var(), 4)
-    (np.float64(0.0), np.float64(1.0))
     """
 
     check_init, check_call = check_layer_norm_init, check_layer_norm_call
 
+    # --8<-- [start:layer_norm_init]
     def __init__(self, d_model, eps=1e-5, *, dtype=np.float64):
         super().__init__()
         self.d_model, self.eps = int(d_model), float(eps)
         self.params["gamma"] = np.ones(self.d_model, dtype)
         self.params["beta"] = np.zeros(self.d_model, dtype)
+        # --8<-- [end:layer_norm_init]
 
     def __repr__(self):
         return f"LayerNorm(d_model={self.d_model}, eps={self.eps:g})"
@@ -207,12 +161,15 @@ class LayerNorm(Module):
     def expected_shapes(self):
         return {"gamma": (self.d_model,), "beta": (self.d_model,)}
 
+    # --8<-- [start:layer_norm_forward]
     def forward(self, x):
-        """The normalisation of ``x`` (..., D) over its last axis, then ``gamma`` and ``beta``."""
+        """x (..., D) normalised over its last axis, then ``gamma`` and ``beta``; keeps ``x_hat``
+        (..., D) and ``rstd`` (..., 1) for the backward pass. Page: layer-norm.md."""
         gamma, beta = self.params["gamma"], self.params["beta"]
         y, x_hat, rstd = layer_norm(x, gamma, beta, self.eps, with_stats=True)
         self.cache = {"x_hat": x_hat, "rstd": rstd}
         return y
+        # --8<-- [end:layer_norm_forward]
 
     def decode_step(self, B, watch=None):
         """``forward`` on (B, D) rows, the means as products by two (D, D) matrices: C = I - 1/D
@@ -237,33 +194,10 @@ class LayerNorm(Module):
 
         return norm
 
+    # --8<-- [start:layer_norm_backward]
     def backward(self, grad_output):
-        r"""Backward pass of the last call.
-
-        Parameters
-        ----------
-        grad_output : ndarray of shape (..., D)
-            dL/dy.
-
-        Returns
-        -------
-        ndarray of shape (..., D)
-            dL/dx. ``self.grads`` gets ``gamma`` and ``beta`` (D,).
-
-        Notes
-        -----
-        With :math:`\hat x = (x - \mu)\, r`, :math:`r = 1/\sqrt{\sigma^2 + \epsilon}` and
-        :math:`\hat g = g \odot \gamma` (the gradient reaching :math:`\hat x`):
-
-        .. math:: \frac{\partial L}{\partial x} = r \left( \hat g - \overline{\hat g}
-                  - \hat x \; \overline{\hat g \odot \hat x} \right), \qquad
-                  \frac{\partial L}{\partial \gamma} = \sum_n g_n \odot \hat x_n, \qquad
-                  \frac{\partial L}{\partial \beta} = \sum_n g_n
-
-        where the bar is the mean over the D features: the two subtracted terms remove the
-        components along which the normalisation itself is invariant (a shift of all
-        features, and a rescaling).
-        """
+        """dL/dy (..., D) -> dL/dx (..., D) of the last call; ``grads`` gets ``gamma`` and ``beta``
+        (none if the layer is frozen). Page: backprop.md."""
         cache = self.saved()
         x_hat, rstd = cache["x_hat"], cache["rstd"]  # (..., D), (..., 1)
         g = as_grad(grad_output, x_hat.shape, x_hat.dtype)
@@ -283,6 +217,7 @@ class LayerNorm(Module):
         dx -= x_hat * mean_gx
         dx *= rstd
         return dx
+        # --8<-- [end:layer_norm_backward]
 
 
 # --------------------------------------------------------------------------------------------
@@ -300,41 +235,36 @@ class Dropout(Module):
 
     Notes
     -----
-    .. math:: y = \\frac{m \\odot x}{1 - p}, \\qquad m_i \\sim \\mathrm{Bernoulli}(1 - p)
-
-    so that the expected value of ``y`` is ``x``; at evaluation time (``training = False``) the
-    layer is the identity. The backward pass multiplies by the same mask.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np import Dropout
-    >>> drop = Dropout(0.5, rng=np.random.default_rng(0))
-    >>> drop.training = True
-    >>> y = drop(np.ones(8))
-    >>> sorted(set(y.tolist()))
-    [0.0, 2.0]
+    The values kept are divided by ``1 - p``, so that the expected value of the output is ``x``;
+    at evaluation time (``training = False``) the layer is the identity.
     """
 
     check_init, check_call = check_dropout_init, check_dropout_call
 
+    # --8<-- [start:dropout_init]
     def __init__(self, p=0.0, rng=None):
         super().__init__()
         self.p = float(p)
         self.rng = np.random.default_rng(rng)
+        # --8<-- [end:dropout_init]
 
     def __repr__(self):
         return f"Dropout(p={self.p})"
 
+    # --8<-- [start:dropout_forward]
     def forward(self, x):
-        """``x`` itself at evaluation time; ``x`` with a fresh random mask in training."""
+        """``x`` itself at evaluation time; in training ``x`` times a fresh mask (the same shape),
+        kept for the backward pass. Page: layer-norm.md."""
         if not self.training or self.p == 0.0:
             self.cache = None
             return x
         keep = self.rng.random(x.shape) >= self.p  # each value kept with probability 1 - p
         self.cache = keep.astype(x.dtype) * x.dtype.type(1.0 / (1.0 - self.p))
         return x * self.cache
+        # --8<-- [end:dropout_forward]
 
+    # --8<-- [start:dropout_backward]
     def backward(self, grad_output):
         """The gradient through the same mask (unchanged at evaluation time)."""
         return grad_output if self.cache is None else grad_output * self.cache
+        # --8<-- [end:dropout_backward]

@@ -1,8 +1,6 @@
 """Softmax cross-entropy loss with padding ignored and label smoothing, forward and backward.
 
-The loss is computed from the logits directly (the log-softmax of
-:mod:`transformer_np.functional`, with the maximum subtracted), so no exponential overflows, and
-its gradient has the famous closed form ``softmax(z) - q``. Page: ``docs/*/training.md``.
+Pages: backprop.md (the loss and its gradient), training.md (the loss of a training step).
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ __all__ = ["cross_entropy", "CrossEntropyLoss"]
 
 
 @checked(check_cross_entropy)
+# --8<-- [start:cross_entropy]
 def cross_entropy(logits, targets, *, ignore_index=None, label_smoothing=0.0):
     """Mean softmax cross-entropy and its gradient with respect to the logits.
 
@@ -63,24 +62,9 @@ def cross_entropy(logits, targets, *, ignore_index=None, label_smoothing=0.0):
 
     Notes
     -----
-    With :math:`p = \\mathrm{softmax}(z)`, target distribution
-    :math:`q = (1-\\varepsilon)\\,\\mathrm{onehot}(y) + \\varepsilon / V` and
-    :math:`N` non-ignored rows,
-
-    .. math:: L = -\\frac{1}{N} \\sum_{\\text{rows}} \\sum_i q_i \\log p_i, \\qquad
-              \\frac{\\partial L}{\\partial z} = \\frac{p - q}{N}.
-
-    This matches ``torch.nn.functional.cross_entropy(..., ignore_index=..., label_smoothing=...)``
-    with the default ``reduction="mean"``. When every row is ignored PyTorch returns NaN; here the
-    loss is 0.0 and the gradient is zero.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> logits = np.array([[2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
-    >>> loss, grad = cross_entropy(logits, np.array([0, -100]), ignore_index=-100)
-    >>> round(loss, 4), grad[1].tolist()
-    (0.2395, [0.0, 0.0, 0.0])
+    The same as ``torch.nn.functional.cross_entropy(..., ignore_index=..., label_smoothing=...)``
+    with ``reduction="mean"``, except when every row is ignored: PyTorch returns NaN, here the
+    loss is 0.0 and the gradient zero.
     """
     V = logits.shape[-1]
     z = logits.reshape(-1, V)  # (..., V) -> (N_all, V)
@@ -110,6 +94,10 @@ def cross_entropy(logits, targets, *, ignore_index=None, label_smoothing=0.0):
     return loss, grad.reshape(logits.shape)
 
 
+# --8<-- [end:cross_entropy]
+
+
+# --8<-- [start:cross_entropy_loss]
 class CrossEntropyLoss:
     """Cross-entropy as a layer: ``forward`` returns the loss, ``backward`` the logits' gradient.
 
@@ -119,25 +107,17 @@ class CrossEntropyLoss:
         Target id of padding, skipped (see :func:`cross_entropy`).
     label_smoothing : float in [0, 1)
         Smoothing ``eps`` of the target distribution.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> loss_fn = CrossEntropyLoss(ignore_index=0)
-    >>> loss = loss_fn(np.zeros((2, 3, 5)), np.array([[1, 2, 0], [3, 0, 0]]))
-    >>> round(loss, 4), loss_fn.backward().shape
-    (1.6094, (2, 3, 5))
     """
 
     def __init__(self, ignore_index=None, label_smoothing=0.0):
         check_cross_entropy_loss_init(ignore_index, label_smoothing)
         self.ignore_index = None if ignore_index is None else int(ignore_index)
         self.label_smoothing = float(label_smoothing)
-        self._grad = None
+        self.grad = None
 
     def forward(self, logits, targets):
         """Loss (float) of ``logits`` (..., V) against ``targets`` (...); keeps the gradient."""
-        loss, self._grad = cross_entropy(
+        loss, self.grad = cross_entropy(
             logits,
             targets,
             ignore_index=self.ignore_index,
@@ -154,4 +134,7 @@ class CrossEntropyLoss:
         loss: a finite real number, 1.0 when the loss is the objective itself.
         """
         g = check_loss_backward(self, grad_output)
-        return self._grad * g if g != 1.0 else self._grad
+        return self.grad * g if g != 1.0 else self.grad
+
+
+# --8<-- [end:cross_entropy_loss]

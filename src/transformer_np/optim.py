@@ -1,9 +1,5 @@
-"""Adam, the optimiser of the paper (the warm-up schedule is in schedule.py, clipping in
-clipping.py). Page: ``docs/*/training.md``, section "Adam".
-
-Parameters and gradients are mappings ``name -> ndarray`` with the same keys (what
-``model.params`` and ``model.grads`` return). Adam updates the parameter arrays in
-place, so every layer that holds them sees the new values.
+"""Adam, the optimiser of the paper, on the dicts ``model.params`` and ``model.grads``; the
+parameter arrays are updated in place. Page: training.md.
 """
 
 from __future__ import annotations
@@ -54,28 +50,11 @@ class Adam:
 
     Notes
     -----
-    With gradient :math:`g_t` at step :math:`t`:
-
-    .. math::
-        m_t = \\beta_1 m_{t-1} + (1-\\beta_1) g_t, \\quad
-        v_t = \\beta_2 v_{t-1} + (1-\\beta_2) g_t^2, \\\\
-        \\theta_t = \\theta_{t-1} - \\alpha_t \\frac{m_t / (1-\\beta_1^t)}
-                    {\\sqrt{v_t / (1-\\beta_2^t)} + \\epsilon}
-
-    the update of ``torch.optim.Adam`` (and of ``AdamW`` when ``weight_decay > 0``). The moments of
-    all parameters live in one flat vector, so a step costs a handful of NumPy calls whatever the
-    number of arrays.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> w = {"x": np.array([1.0, -2.0])}
-    >>> opt = Adam(w, lr=0.1)
-    >>> opt.step({"x": np.array([0.5, -0.5])})
-    >>> w["x"].round(3).tolist()
-    [0.9, -1.9]
+    The update of ``torch.optim.Adam`` (of ``AdamW`` when ``weight_decay > 0``), with the moments
+    of all the parameters in one flat vector.
     """
 
+    # --8<-- [start:adam_init]
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0):
         check_adam_init(params, lr, betas, eps, weight_decay)
         self.params = params
@@ -86,14 +65,15 @@ class Adam:
         self.t = 0  # steps taken
         # The arrays themselves, looked up once (they are updated in place): assigning a new
         # array to params[name] later is not seen by this optimiser.
-        self._names = list(params)
-        self._arrays = [params[k] for k in self._names]
-        self.dtype = np.result_type(*(p.dtype for p in self._arrays))
+        self.names = list(params)
+        self.arrays = [params[k] for k in self.names]
+        self.dtype = np.result_type(*(p.dtype for p in self.arrays))
         # Both moments of every parameter in one flat vector; parameter i is [off[i]:off[i+1]].
-        self._offsets = np.cumsum([0] + [p.size for p in self._arrays]).tolist()
-        self.m = np.zeros(self._offsets[-1], dtype=self.dtype)
-        self.v = np.zeros(self._offsets[-1], dtype=self.dtype)
-        self._update = np.empty_like(self.m)  # the step's scratch space
+        self.offsets = np.cumsum([0] + [p.size for p in self.arrays]).tolist()
+        self.m = np.zeros(self.offsets[-1], dtype=self.dtype)
+        self.v = np.zeros(self.offsets[-1], dtype=self.dtype)
+        self.scratch = np.empty_like(self.m)  # the step's scratch space
+        # --8<-- [end:adam_init]
 
     def current_lr(self, step=None):
         """The learning rate used at ``step`` (an integer >= 1; default the next step, ``t + 1``).
@@ -106,6 +86,7 @@ class Adam:
         """
         return lr_at_step(self.lr, check_current_lr(self, step))
 
+    # --8<-- [start:adam_step]
     def step(self, grads: Mapping[str, np.ndarray], lr: float | Callable | None = None):
         """Apply one update with ``grads`` (same keys and shapes as ``params``).
 
@@ -131,7 +112,7 @@ class Adam:
         g, lr = check_adam_step(self, grads, lr)  # g: all the gradients in one flat vector
         self.t += 1
         b1, b2 = self.betas
-        m, v, update = self.m, self.v, self._update  # flat vectors, written in place
+        m, v, update = self.m, self.v, self.scratch  # flat vectors, written in place
         # 1. The moments: m_t = b1 m_{t-1} + (1 - b1) g_t, v_t = b2 v_{t-1} + (1 - b2) g_t^2.
         m *= b1
         m += (1 - b1) * g
@@ -145,10 +126,11 @@ class Adam:
         np.divide(m, update, out=update)
         update *= lr / (1 - b1**self.t)
         # 3. The parameters, each from its slice of the flat vector.
-        for p, start, stop in zip(self._arrays, self._offsets, self._offsets[1:], strict=False):
+        for p, start, stop in zip(self.arrays, self.offsets, self.offsets[1:], strict=False):
             if self.weight_decay:
                 p *= 1 - lr * self.weight_decay  # decoupled weight decay (AdamW)
             p -= update[start:stop].reshape(p.shape)
+        # --8<-- [end:adam_step]
 
     def state_dict(self):
         """Moments and step count as plain arrays (for saving with ``np.savez``).

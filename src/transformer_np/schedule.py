@@ -1,6 +1,6 @@
 """The learning-rate schedule of the paper ("Noam"): a linear warm-up, then 1 / sqrt(step).
 
-Page: ``docs/*/training.md``, section "The learning rate with warm-up".
+Page: training.md.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ __all__ = ["NoamSchedule", "noam_lr"]
 
 
 @checked(check_noam_lr)
+# --8<-- [start:noam_lr]
 def noam_lr(step, d_model, warmup_steps=4000, factor=1.0):
     """Learning rate of the original Transformer at a given step.
 
@@ -30,14 +31,6 @@ def noam_lr(step, d_model, warmup_steps=4000, factor=1.0):
     -------
     float
 
-    Notes
-    -----
-    .. math:: \\mathit{lrate} = \\mathit{factor} \\cdot d_{\\text{model}}^{-0.5} \\cdot
-              \\min(\\mathit{step}^{-0.5},\\ \\mathit{step} \\cdot \\mathit{warmup}^{-1.5})
-
-    It grows linearly for ``warmup_steps`` steps, peaks at
-    ``factor / sqrt(d_model * warmup_steps)``, then decays like ``1 / sqrt(step)``.
-
     Raises
     ------
     TypeError
@@ -47,13 +40,11 @@ def noam_lr(step, d_model, warmup_steps=4000, factor=1.0):
     ValueError
         If ``step`` is < 1, or ``d_model``, ``warmup_steps`` or ``factor`` is not a positive
         finite number.
-
-    Examples
-    --------
-    >>> round(noam_lr(4000, d_model=512), 6)
-    0.000699
     """
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+# --8<-- [end:noam_lr]
 
 
 class NoamSchedule:
@@ -73,12 +64,6 @@ class NoamSchedule:
     TypeError, ValueError
         If ``d_model``, ``warmup_steps`` or ``factor`` is not a positive finite number (checked
         here, not at the first step).
-
-    Examples
-    --------
-    >>> sched = NoamSchedule(d_model=64, warmup_steps=100, factor=1.0)
-    >>> sched(1) < sched(100) > sched(1000)
-    True
     """
 
     def __init__(self, d_model, warmup_steps=4000, factor=1.0):
@@ -87,8 +72,11 @@ class NoamSchedule:
         self.warmup_steps = warmup_steps
         self.factor = factor
 
+    # --8<-- [start:noam_schedule_call]
     def __call__(self, step):
+        """The learning rate at ``step`` (from 1): :func:`noam_lr` with this schedule's values."""
         return noam_lr(step, self.d_model, self.warmup_steps, self.factor)
+        # --8<-- [end:noam_schedule_call]
 
     def __repr__(self):
         return (

@@ -4,11 +4,8 @@ A *batch* is a tuple ``(*inputs, targets)``: the model is called as ``model(*inp
 loss compares its logits with ``targets``. For the encoder-decoder that is
 ``(src, tgt_in, tgt_out)``, for the language model ``(ids, next_ids)``.
 
-A step does five things: 1. forward, 2. loss, 3. backward, 4. clip, 5. update. A value that
-is not finite (a NaN weight, an overflow, a NaN loss or gradient) stops training with
-:class:`TrainingDiverged` before the update, so the parameters stay those of the previous step.
-Page: ``docs/*/training.md``, section "The training loop". Saving and loading live in
-:mod:`transformer_np.checkpoints`.
+A step does five things: 1. forward, 2. loss, 3. backward, 4. clip, 5. update; a value that is
+not finite stops it with :class:`TrainingDiverged` before the update. Page: training.md.
 """
 
 from __future__ import annotations
@@ -38,11 +35,16 @@ from .losses import CrossEntropyLoss
 __all__ = ["TrainingDiverged", "fit", "train_step"]
 
 
+# --8<-- [start:training_diverged]
 class TrainingDiverged(FloatingPointError):
     """The loss or the gradients became NaN or infinite; the parameters were not updated."""
 
 
+# --8<-- [end:training_diverged]
+
+
 @checked(check_train_step)
+# --8<-- [start:train_step]
 def train_step(model, batch, optimizer, loss_fn=None, *, clip_norm=1.0):
     """Forward, loss, backward, clipping and one optimiser update.
 
@@ -74,17 +76,6 @@ def train_step(model, batch, optimizer, loss_fn=None, *, clip_norm=1.0):
     TrainingDiverged
         If a parameter, the logits, the loss or a gradient is NaN or infinite. The check runs
         *before* the update, so the parameters stay as they were after the previous step.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np.model import LanguageModel, LanguageModelConfig
-    >>> from transformer_np.optim import Adam
-    >>> model = LanguageModel(LanguageModelConfig(vocab_size=6, d_model=8, n_heads=2), rng=0)
-    >>> ids = np.array([[1, 2, 3, 4]])
-    >>> loss, grad_norm = train_step(model, (ids, ids + 1), Adam(model.params))
-    >>> bool(loss > 0 and grad_norm > 0)
-    True
     """
     *inputs, targets = batch
     loss_fn = CrossEntropyLoss() if loss_fn is None else loss_fn
@@ -99,7 +90,11 @@ def train_step(model, batch, optimizer, loss_fn=None, *, clip_norm=1.0):
     return loss, norm
 
 
+# --8<-- [end:train_step]
+
+
 @checked(check_fit)
+# --8<-- [start:fit]
 def fit(
     model,
     batches: Callable[[int], tuple] | Iterable[tuple],
@@ -164,11 +159,9 @@ def fit(
     desc : str
         Label at the start of the progress bar.
     single_blas_thread : bool, default True
-        Run the BLAS matrix products on the calling thread during training. The products of a
-        small model are too small to share between cores: BLAS's threads then cost more than
-        they save, much more when other processes share the cores
-        (``benchmarks/bench_train_step.py --numpy-blas-threads`` measures both). Set False for
-        large models on an idle machine.
+        Run the BLAS matrix products on the calling thread during training: the products of a
+        small model are too small to share between cores. Set False for large models on cores
+        that nothing else uses.
 
     Returns
     -------
@@ -192,18 +185,6 @@ def fit(
     TrainingDiverged
         When a step produces a NaN or infinite loss or gradient. The message says at which
         step; the model keeps the parameters of the last finite step and nothing is saved.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from transformer_np.model import LanguageModel, LanguageModelConfig
-    >>> from transformer_np.optim import Adam
-    >>> model = LanguageModel(LanguageModelConfig(vocab_size=6, d_model=8, n_heads=2), rng=0)
-    >>> ids = np.array([[1, 2, 3, 4]])
-    >>> history = fit(model, lambda step: (ids, ids + 1), steps=5,
-    ...               optimizer=Adam(model.params, lr=1e-2), progress=False)
-    >>> len(history["loss"]), history["stopped"]
-    (5, 'steps')
     """
     history = {"step": [], "loss": [], "lr": [], "grad_norm": [], "time": [], "eval": []}
     history["stopped"] = "steps"
@@ -235,9 +216,13 @@ def fit(
     return history
 
 
+# --8<-- [end:fit]
+
+
 # -- what the step and the loop use -------------------------------------------------------------
 
 
+# --8<-- [start:divergence_reported]
 @contextlib.contextmanager
 def divergence_reported():
     """A value that is not finite met inside (a NotFiniteError) is a TrainingDiverged.
@@ -251,6 +236,10 @@ def divergence_reported():
         raise TrainingDiverged(str(exc)) from exc
 
 
+# --8<-- [end:divergence_reported]
+
+
+# --8<-- [start:fit_helpers]
 def record(history, *values) -> None:
     """Append one step's step, loss, lr, grad_norm and time to the lists of ``history``."""
     for key, value in zip(("step", "loss", "lr", "grad_norm", "time"), values, strict=True):
@@ -292,6 +281,9 @@ def training(model, single_blas_thread):
             yield
     finally:
         model.train(was_training)
+
+
+# --8<-- [end:fit_helpers]
 
 
 def progress_bar(steps, desc, stream, enabled) -> tqdm:

@@ -132,6 +132,6 @@ def check_loss_backward(loss, grad_output) -> float:
         "a finite real number (the gradient with respect to the scalar loss)",
         math.isfinite,
     )
-    if loss._grad is None:
+    if loss.grad is None:
         raise RuntimeError("CrossEntropyLoss.backward called before forward")
     return g

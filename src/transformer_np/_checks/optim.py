@@ -81,7 +81,7 @@ def check_adam_step(optimizer, grads, lr) -> tuple[np.ndarray, float]:
     Keys, exact shapes, real dtypes and finiteness are all checked here, before the optimiser or
     any parameter is touched: a NaN or inf is a FloatingPointError that names the gradient.
     """
-    names = optimizer._names
+    names = optimizer.names
     if not isinstance(grads, Mapping):
         raise TypeError(
             f"grads must be a dict name -> ndarray with the keys of params, got {type_name(grads)}"
@@ -91,7 +91,7 @@ def check_adam_step(optimizer, grads, lr) -> tuple[np.ndarray, float]:
         extra = sorted(set(grads) - set(names))
         raise ValueError(f"grads must have the keys of params; missing {missing}, extra {extra}")
     arrays = grad_arrays(grads)
-    for k, p in zip(names, optimizer._arrays, strict=True):
+    for k, p in zip(names, optimizer.arrays, strict=True):
         if arrays[k].shape != p.shape:
             raise ValueError(
                 f"grads[{k!r}] must have the shape of params[{k!r}], {shape_str(p.shape)}, "
@@ -101,7 +101,7 @@ def check_adam_step(optimizer, grads, lr) -> tuple[np.ndarray, float]:
         g = np.concatenate([arrays[k].reshape(-1) for k in names], dtype=optimizer.dtype)
     if not all_finite(g):
         first = int(np.flatnonzero(~np.isfinite(g))[0])
-        k = names[int(np.searchsorted(optimizer._offsets, first, side="right")) - 1]
+        k = names[int(np.searchsorted(optimizer.offsets, first, side="right")) - 1]
         try:
             check_finite(arrays[k], f"grads[{k!r}]")
             reason = (
@@ -142,7 +142,7 @@ def check_adam_state(optimizer, state) -> tuple[np.ndarray, np.ndarray, int]:
         if arr.shape != (n,):
             raise ValueError(
                 f"{what} must have shape ({n},) (one value per scalar parameter, "
-                f"{len(optimizer._names)} parameters), got {shape_str(arr.shape)}: the state "
+                f"{len(optimizer.names)} parameters), got {shape_str(arr.shape)}: the state "
                 "belongs to an optimiser of other parameters"
             )
         with np.errstate(over="ignore"):

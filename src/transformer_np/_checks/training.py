@@ -47,7 +47,7 @@ def check_optimizer(model, optimizer, *, need_current_lr=False) -> None:
         )
     if not is_a(optimizer, "Adam"):
         return
-    params, names = dict(model.params.items()), optimizer._names  # (one pass over the model)
+    params, names = dict(model.params.items()), optimizer.names  # (one pass over the model)
     if params.keys() != set(names):
         missing = sorted(params.keys() - set(names))
         extra = sorted(set(names) - params.keys())
@@ -56,7 +56,7 @@ def check_optimizer(model, optimizer, *, need_current_lr=False) -> None:
             f"missing, {extra[:3]} are not the model's)"
         )
     else:
-        pairs = zip(names, optimizer._arrays, strict=True)
+        pairs = zip(names, optimizer.arrays, strict=True)
         foreign = [name for name, array in pairs if params[name] is not array]
         if not foreign:
             return
