@@ -5,7 +5,6 @@ These checks read the built files; ``test_browser.py`` then opens every page in 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -206,10 +205,7 @@ PACKAGE_DATA_READ = 'files("transformer_np")'
 
 
 def _downloads_hook():
-    spec = importlib.util.spec_from_file_location("downloads_hook", ROOT / "hooks" / "downloads.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_hook("downloads.py")
 
 
 @pytest.mark.parametrize("lang", LANGUAGES)
@@ -223,6 +219,15 @@ def test_setup_page_gives_the_pip_line_for_the_wheel_on_the_site(built_site, sit
     assert "{{" not in html, f"{lang}/setup: a placeholder was left unfilled"
     repo = os.environ.get("REPO_URL", "")
     assert ("git clone" in html) == bool(repo), f"{lang}/setup: repository block, REPO_URL={repo!r}"
+
+
+def test_the_site_holds_the_wheel_and_the_sdist_the_setup_page_gives(built_site, dists):
+    for name in _downloads_hook().download_names():
+        served = built_site.path / "downloads" / name
+        assert served.is_file(), f"{name} is not in the site's downloads/"
+    wheel = _downloads_hook().download_names()[0]
+    served = zipfile.ZipFile(built_site.path / "downloads" / wheel).namelist()
+    assert sorted(served) == sorted(zipfile.ZipFile(dists / wheel).namelist())
 
 
 def test_setup_wheel_and_sdist_are_the_files_python_m_build_makes(dists):
