@@ -13,10 +13,13 @@ build, deletes the entries that build did not use. mkdocs-static-i18n runs one b
 language, so the English build deleted the Italian notebooks' entries and every build executed
 them again: this hook hands each language's build the entries the earlier ones used.
 
-A quick build (``SITE_QUICK=1``, ``site_cache.py``) shows the notebooks without executing them.
+A quick build (``SITE_QUICK=1``, ``site_cache.py``) shows the notebooks without executing them,
+and deletes no entry.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
@@ -57,6 +60,10 @@ def on_pre_build(config):
 # Before mkdocs-jupyter's on_post_build (priority 0), which deletes the entries not used.
 @event_priority(50)
 def on_post_build(config):
-    used = getattr(config.plugins.get("mkdocs-jupyter"), "_used_cache_paths", None)
-    if isinstance(used, set):
-        _USED.update(used)
+    jupyter = config.plugins.get("mkdocs-jupyter")
+    used = getattr(jupyter, "_used_cache_paths", None)
+    if not isinstance(used, set):
+        return
+    if site_cache.quick():  # it ran no notebook: the executed ones stay for the whole build
+        used.update(Path(jupyter.config["cache_dir"]).glob("*.json"))
+    _USED.update(used)
