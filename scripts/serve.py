@@ -27,6 +27,7 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -100,6 +101,7 @@ class Builds:
         self.ready: tuple[Path, str] | None = None  # a whole build to serve, and its sources
         self.server = None
         self.processes: set[subprocess.Popen] = set()
+        self.stopping = False  # Ctrl-C: the builds are stopped, not failed
 
     def folder(self) -> Path:
         with self.lock:
@@ -140,6 +142,7 @@ class Builds:
     def stop(self) -> None:
         """Stop the builds still running."""
         with self.lock:
+            self.stopping = True
             running = list(self.processes)
         for process in running:
             process.terminate()
@@ -154,8 +157,8 @@ class Builds:
         old, self.server.root = self.server.root, str(folder)
         shutil.rmtree(old, ignore_errors=True)
 
-    def complete(self, signal: Path) -> None:
-        """The whole build, behind the quick one; then the server takes it (``signal``)."""
+    def complete(self, done: Path) -> None:
+        """The whole build, behind the quick one; then the server takes it (``done``)."""
         start = time.perf_counter()
         say("completing the site: the figures, the views' data, the notebooks, the downloads")
         sources, folder = fingerprint(), self.folder()
@@ -166,8 +169,8 @@ class Builds:
                 self.ready = (folder, sources)
         if ok:
             say(f"the site is complete ({time.perf_counter() - start:.0f} s more)")
-            signal.write_text(str(time.time()))  # a watched file: the server calls rebuild()
-        else:
+            done.write_text(str(time.time()))  # a watched file: the server calls rebuild()
+        elif not self.stopping:
             say("the whole build failed (above): the quick site stays served")
 
     def rebuild(self) -> None:
@@ -219,6 +222,11 @@ def main(argv=None) -> int:
 
     from mkdocs.livereload import LiveReloadServer  # (not needed by --check-port)
 
+    def stop(signum, frame):  # `kill` stops it as Ctrl-C does: the builds and the folders go too
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     url = f"http://{args.host}:{port}/"
     work = Path(tempfile.mkdtemp(prefix="transformer-site-"))
@@ -244,11 +252,11 @@ def main(argv=None) -> int:
         server.error_handler = error_page
         for name in WATCHED:
             server.watch(str(ROOT / name))
-        signal = work / "signal"
-        signal.mkdir()
-        server.watch(str(signal))
+        signals = work / "signal"
+        signals.mkdir()
+        server.watch(str(signals))
         builds.completing = True
-        threading.Thread(target=builds.complete, args=(signal / "done",), daemon=True).start()
+        threading.Thread(target=builds.complete, args=(signals / "done",), daemon=True).start()
         say(f"serving the site at {url} (Ctrl-C stops)")
         server.serve_thread.daemon = True  # the end of this script never waits for it
         try:
