@@ -1,5 +1,6 @@
 # Transformer da zero / Transformers from scratch
-#   make serve   install what the site needs, build the site and serve it at http://127.0.0.1:8000
+#   make serve   install what the site needs and serve the site at http://127.0.0.1:8000: the
+#                pages at once, the figures, notebooks and downloads a minute later (PORT=8001)
 #   make site    the static site in site/, with the package's wheel and sdist in site/downloads/
 #                (SITE_URL=https://... for the published base URL, REPO_URL=... for the repository)
 #   make test    install everything (PyTorch, Playwright, Chromium...) and run the whole test suite
@@ -24,6 +25,7 @@ PIP     := $(PY) -m pip
 # then, for `make test` and `make lint`, the test extra on top of them.
 SITE_STAMP := $(VENV)/.installed-site
 TEST_STAMP := $(VENV)/.installed-test
+PORT ?= 8000
 SITE_URL ?= http://127.0.0.1:8000/
 export SITE_URL
 # The repository's address, shown by the site (mkdocs.yml: repo_url) when set.
@@ -43,7 +45,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: help install install-site browser serve site test test-fast lint format clean reference bench
 
 help:
-	@sed -n '2,16p' Makefile
+	@sed -n '2,17p' Makefile
 
 $(SITE_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -66,16 +68,18 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; }
 	@chromium --version
 
-serve: $(SITE_STAMP)
-	$(VENV)/bin/mkdocs serve --strict -a 127.0.0.1:8000
+# The port first (the standard library only: a port in use is said before the install), then
+# the install, then scripts/serve.py: a quick build served at once, the whole one behind it
+# (the site is built for the address it is served at: the setup page's pip lines).
+serve:
+	@port=$$($(PYTHON) scripts/serve.py --check-port --port $(PORT)) && \
+	$(MAKE) --no-print-directory --silent install-site && \
+	$(PY) scripts/serve.py --port $$port
 
-# The site, then the wheel and the sdist of the package from the same tree, into the site
-# (the setup page gives `pip install $(SITE_URL)downloads/<wheel>`).
+# The site, with the wheel and the sdist of the package built from the same tree in
+# site/downloads/ (hooks/downloads.py: the setup page gives `pip install $(SITE_URL)downloads/...`).
 site: $(SITE_STAMP)
 	$(VENV)/bin/mkdocs build --strict --clean -d site
-	rm -rf build  # setuptools' staging folder: a stale file left there would go into the wheel
-	$(PY) -m build --outdir site/downloads .
-	rm -rf build
 
 # The tests run side by side on two workers (pytest-xdist); the site's tests on one of them,
 # which builds the site once (tests/conftest.py: the lanes).

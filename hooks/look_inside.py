@@ -13,10 +13,12 @@ Three views (``docs/javascripts/look-inside.js`` draws them with the vendored d3
   embedding and after each block.
 
 The forward passes take about half a minute; their result is kept in ``.cache/look-inside/``
-under the hash of everything they depend on (the texts below, ``FORMAT``, the package's version
-and source files, the model files), so a build with nothing changed reads one file. A model whose
-package is not installed is left out (``"missing"`` in the data); the page then says which
-package its view needs, and the build goes on.
+under the hash of everything they depend on (the texts below, ``FORMAT``, the package's version,
+code and data, the model files), so a build with nothing changed reads one file. A quick build
+(``SITE_QUICK=1``, ``site_cache.py``) does not compute them: its data say ``"pending"``, and the
+views say that their data are being computed. A model whose package is not installed is left out
+(``"missing"`` in the data); the page then says which package its view needs, and the build goes
+on.
 
 ``tests/test_look_inside.py`` recomputes one sentence with the package and compares.
 """
@@ -24,16 +26,14 @@ package its view needs, and the build goes on.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
-import os
-from pathlib import Path
 
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 
-ROOT = Path(__file__).resolve().parent.parent
-CACHE = ROOT / ".cache" / "look-inside"
+import site_cache
+
+CACHE = site_cache.CACHE / "look-inside"
 DEST = "assets/look-inside"
 LANGUAGES = ("it", "en")
 # Bump when the shape of the data changes (the cache key includes it).
@@ -148,9 +148,6 @@ def top_logits(logits, n: int, decode) -> dict:
 
 def compute() -> dict:
     """Every view's data, from the models that are installed."""
-    import numpy as np
-
-    from transformer_np.examples.charlm import CharVocab, load_text, load_trained
 
     data = {
         "format": FORMAT,
@@ -160,6 +157,18 @@ def compute() -> dict:
         "next": {},
         "residual": {},
     }
+    passes = 2 * len(SENTENCES) + len(PROMPTS["smollm2"]) + len(PROMPTS["charlm"])
+    with site_cache.progress("look inside, forward passes", passes, "pass") as bar:
+        _compute(data, bar)
+    return data
+
+
+def _compute(data: dict, bar) -> None:
+    """The views' data into ``data``, moving ``bar`` on after each forward pass."""
+    import numpy as np
+
+    from transformer_np.examples.charlm import CharVocab, load_text, load_trained
+
     try:
         from transformer_np.pretrained import load_minilm
 
@@ -167,9 +176,10 @@ def compute() -> dict:
     except (ImportError, OSError) as exc:  # ModelFileError is a FileNotFoundError
         data["missing"]["minilm"] = str(exc)
     else:
-        data["attention"]["minilm"] = {
-            key: minilm_attention(minilm, text) for key, text in SENTENCES.items()
-        }
+        data["attention"]["minilm"] = {}
+        for key, text in SENTENCES.items():
+            data["attention"]["minilm"][key] = minilm_attention(minilm, text)
+            bar.update()
         del minilm
     try:
         from transformer_np.pretrained import load_smollm2
@@ -191,6 +201,7 @@ def compute() -> dict:
                 "w": quantise(weights, causal=True),
             }
             residual[key] = {"tokens": tokens, "norms": np.round(norms, 2).tolist()}
+            bar.update()
         data["attention"]["smollm2"] = attention
         data["residual"]["smollm2"] = residual
         data["next"]["smollm2"] = {}
@@ -198,6 +209,7 @@ def compute() -> dict:
             logits, _, _ = smollm2_forward(smollm2, smollm2_ids(tokenizer, text))
             row = top_logits(logits[-1], TOP_N, lambda i: tokenizer.decode([i]))
             data["next"]["smollm2"][key] = {"prompt": text, **row}
+            bar.update()
         del smollm2
     model, _ = load_trained()
     vocab = CharVocab(load_text())
@@ -206,47 +218,22 @@ def compute() -> dict:
         logits = model(vocab.encode(text)[None, :])[0, -1]  # (V,)
         row = top_logits(logits, len(vocab.chars), lambda i: vocab.chars[i])
         data["next"]["charlm"][key] = {"prompt": text, **row}
-    return data
+        bar.update()
 
 
 # --------------------------------------------------------------------------------------------
 # The cache
 
 
-def _file_id(path: Path) -> list:
-    stat = path.stat()
-    return [path.name, stat.st_size, stat.st_mtime_ns]
-
-
 def cache_key() -> str:
     """The hash of everything the data depends on."""
     import transformer_np
 
-    package = Path(transformer_np.__file__).resolve().parent
-    h = hashlib.sha256()
     inputs = {"format": FORMAT, "top_n": TOP_N, "sentences": SENTENCES, "prompts": PROMPTS}
     inputs["version"] = transformer_np.__version__
-    models = []
-    try:
-        from transformer_np.pretrained.checkpoint import find_model_dir
-
-        models += [_file_id(p) for p in sorted(find_model_dir().iterdir()) if p.is_file()]
-    except (ImportError, OSError):
-        models.append("no minilm")
-    try:
-        from transformer_np.pretrained.gguf import find_smollm2_file
-
-        models.append(_file_id(find_smollm2_file()))
-    except (ImportError, OSError):
-        models.append("no smollm2")
-    inputs["models"] = models
-    h.update(json.dumps(inputs, sort_keys=True).encode())
+    inputs["models"] = site_cache.model_files()
     # The package's code and its shipped data (the character model's checkpoint among them).
-    for path in sorted(package.rglob("*")):
-        if path.is_file() and path.suffix in (".py", ".npz", ".txt"):
-            h.update(path.relative_to(package).as_posix().encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()[:20]
+    return site_cache.digest(inputs, site_cache.package_files())
 
 
 _DATA: dict[str, bytes] | None = None
@@ -261,15 +248,16 @@ def views() -> dict[str, bytes]:
         cached = CACHE / f"{key}.json"
         if cached.is_file():
             data = json.loads(cached.read_text(encoding="utf-8"))
+        elif site_cache.quick():  # computed by the whole build, behind this one
+            data = {"format": FORMAT, "pending": True, "sentences": SENTENCES, "missing": {},
+                    "attention": {}, "next": {}, "residual": {}}  # fmt: skip
         else:
             data = compute()
-            CACHE.mkdir(parents=True, exist_ok=True)
             for old in CACHE.glob("*.json"):  # one entry: the data of the current inputs
                 old.unlink()
-            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-            tmp.replace(cached)
+            site_cache.write_atomic(cached, json.dumps(data, ensure_ascii=False).encode())
         common = {key: data[key] for key in ("format", "missing", "sentences")}
+        common["pending"] = data.get("pending", False)
         _DATA = {
             name: json.dumps(
                 {**common, name: data[name]}, ensure_ascii=False, separators=(",", ":")

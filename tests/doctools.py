@@ -56,7 +56,12 @@ def load_hook(filename: str):
         spec = importlib.util.spec_from_file_location(name, ROOT / "hooks" / filename)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # before exec: its dataclasses look themselves up there
-        spec.loader.exec_module(module)
+        path = sys.path.copy()
+        sys.path.insert(0, str(ROOT / "hooks"))  # as MkDocs: a hook imports its neighbours
+        try:
+            spec.loader.exec_module(module)
+        finally:
+            sys.path[:] = path
     return sys.modules[name]
 
 

@@ -5,10 +5,12 @@ training question and keeps its answer), the batches (the chat template's ids, a
 the answer's tokens, checked by decoding them; the padding), the schedule (against transformers'
 cosine schedule with warm-up), the training (accumulated gradients equal to one batch's; a short
 run on a tiny random LlamaModel with SmolLM2's tokenizer lowers the loss and saves an adapter that
-loads back), errors (every bad option a usage error, exit status 2, before the model loads).
+loads back; every phase says what it does; a diverging run stops before its update and the command
+saves nothing), errors (every bad option a usage error, exit status 2, before the model loads).
 """
 
 import importlib.util
+import io
 import json
 import math
 import os
@@ -190,6 +192,102 @@ def test_the_command_runs_saves_and_refuses_to_overwrite(tokenizer, tmp_path, mo
         ft.main(argv)
     assert exc.value.code == 2
     assert "pass --overwrite" in capsys.readouterr().err
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@needs_model
+def test_every_phase_says_what_it_does_from_its_start(tokenizer):
+    pairs = ft.load_pairs("train")[:2]
+    log_file, terminal = io.StringIO(), Terminal()
+    for stream in (log_file, terminal):
+        ft.finetune(tiny_model(), tokenizer, pairs, pairs, steps=2, batch_size=2, accumulation=1,
+                    warmup=1, shown=1, max_new_tokens=2, stream=stream)  # fmt: skip
+    # in a log file: a line as each phase starts, in order, then the training's bar
+    lines = log_file.getvalue().splitlines()
+    starts = ["held-out loss before training: 2 pairs", "answers before training: 1 question",
+              "finetune: 2 steps of 2 pairs", "held-out loss after training: 2 pairs",
+              "answers after training: 1 question"]  # fmt: skip
+    assert [ln for ln in lines if ln in starts] == starts, lines
+    assert lines.index(starts[2]) < min(i for i, ln in enumerate(lines) if "2/2" in ln)
+    # on a terminal: live bars, each drawn empty as its phase starts (the training's 0/2 too)
+    screen = terminal.getvalue()
+    for bar in ("held-out loss before training:   0%", "answers before training:   0%",
+                "finetune:   0%", "0/2", "held-out loss after training: 100%"):  # fmt: skip
+        assert bar in screen, bar
+
+
+def test_divergence_names_its_cause():
+    assert ft.divergence(4.2, 1.0, math.log(49152)) is None
+    assert ft.divergence(float("nan"), 1.0, 10.8) == "the loss is nan"
+    assert ft.divergence(4.2, float("inf"), 10.8) == "the gradient norm is inf (loss 4.2)"
+    assert ft.divergence(22.04, 1.0, math.log(49152)).startswith(
+        "the loss 22.04 is above ln V = 10.8, the loss of a uniform guess over the vocabulary"
+    )
+    assert ft.divergence(22.04, 1.0, math.inf) is None  # a random model's start: no ceiling
+
+
+@needs_model
+def test_a_run_that_diverges_stops_before_its_update(tokenizer, monkeypatch):
+    from transformer_np.lora import lora_params
+    from transformer_np.train import TrainingDiverged
+
+    # A model whose held-out loss started below ln V = 10.8 (a random one starts near it, at
+    # about 11.2, and its first step's loss then counts as a loss above ln V)
+    monkeypatch.setattr(ft, "heldout_loss", lambda *args, **kw: 4.0)
+    model, pairs = tiny_model(), ft.load_pairs("train")[:2]
+    with pytest.raises(TrainingDiverged, match=r"^training diverged at step 1 \(the loss 11"):
+        ft.finetune(model, tokenizer, pairs, pairs, steps=3, batch_size=2, accumulation=1,
+                    warmup=1, shown=0, progress=False)  # fmt: skip
+    # the update was not made: B is still all zeros (LoRA's start), so the model is its base
+    assert all(not p.any() for name, p in lora_params(model).items() if "lora_B" in name)
+    ids = np.array([ft.encode_pair(tokenizer, "Che cos'è una testa?", "Una parte.")[0]])
+    np.testing.assert_array_equal(model(ids), tiny_model()(ids))
+    # --allow-divergence: the run goes on past a loss above ln V
+    log = ft.finetune(tiny_model(), tokenizer, pairs, pairs, steps=2, batch_size=2,
+                      accumulation=1, warmup=1, shown=0, stop_on_divergence=False,
+                      progress=False)  # fmt: skip
+    assert log["train"]["step"] == [1, 2]
+
+
+@needs_model
+def test_the_command_saves_nothing_when_the_training_diverges(tokenizer, tmp_path, monkeypatch,
+                                                               capsys):  # fmt: skip
+    monkeypatch.setattr(ft, "load_smollm2_model", lambda: (tiny_model(), tokenizer))
+    monkeypatch.setattr(ft, "heldout_loss", lambda *args, **kw: 4.0)
+    folder = tmp_path / "tutor"
+    assert ft.main(["--quick", "--no-progress", "--save", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: training diverged at step 1 (the loss 11"), err
+    assert "nothing was saved" in err and not folder.exists()
+
+
+def fake_run(monkeypatch, after):
+    """The command on a fake run whose held-out loss goes from 4.0 to ``after``; returns the
+    folders it saved to."""
+    saved = []
+    monkeypatch.setattr(ft, "load_smollm2_model", lambda: (None, None))
+    log = {"n_train": 1, "n_heldout": 1, "trainable_parameters": 1, "stopped": "steps",
+           "train": {"step": [60]}, "seconds": 1.0, "train_seconds": 1.0, "answers": [],
+           "heldout": [{"step": 0, "loss": 4.0}, {"step": 60, "loss": after}]}  # fmt: skip
+    monkeypatch.setattr(ft, "finetune", lambda *args, **kw: log)
+    monkeypatch.setattr(ft, "save_run", lambda folder, *args: saved.append(folder))
+    return saved
+
+
+def test_a_full_run_that_made_the_model_worse_saves_nothing_unless_asked(
+    monkeypatch, tmp_path, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    saved = fake_run(monkeypatch, after=4.5)
+    assert ft.main(["--no-progress"]) == 1 and saved == []
+    assert "the held-out loss went up (4.0000 before, 4.5000 after)" in capsys.readouterr().err
+    assert ft.main(["--no-progress", "--allow-divergence"]) == 1 and saved == ["tutor"]
+    saved = fake_run(monkeypatch, after=3.5)
+    assert ft.main(["--no-progress"]) == 0 and saved == ["tutor"]
 
 
 # ============================================================================================

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import pytest
 
-from doctools import DOCS, LANGUAGES, ROOT, pages, read_page
+from doctools import DOCS, LANGUAGES, load_hook, pages, read_page
 
-spec = importlib.util.spec_from_file_location("site_figures_hook", ROOT / "hooks" / "figures.py")
-figures_hook = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(figures_hook)
+figures_hook = load_hook("figures.py")
 
 FIGURES = figures_hook.figure_modules()
 

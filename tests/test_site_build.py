@@ -5,7 +5,7 @@ These checks read the built files; ``test_browser.py`` then opens every page in 
 
 from __future__ import annotations
 
-import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -91,6 +91,31 @@ def test_no_page_loads_anything_from_the_network(built_site):
                 continue
             offenders.append(f"{html.relative_to(built_site.path)}: {m.group(0)}")
     assert not offenders, "\n".join(offenders[:20])
+
+
+# --------------------------------------------------------------------------------------------
+# Search (hooks/search_index.py): one index per language, formulas as text
+
+TEX = re.compile(r"\\\(|\\\[|\$\$|\\(?:frac|sqrt|text|cdot|mathbb)\b")
+CODE = re.compile(r"<pre\b.*?</pre>|<code\b.*?</code>", re.S)
+
+
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_each_language_searches_its_own_pages_with_formulas_as_text(built_site, lang):
+    root = page_url_path(lang, "index.md")  # "" or "en/"
+    index = json.loads((built_site.path / root / "search" / "search_index.json").read_text())
+    assert index["config"]["lang"] == [lang]
+    indexed = {doc["location"].split("#")[0] for doc in index["docs"]}
+    own = {page_url_path(lang, rel)[len(root) :] for suffix in (".md", ".ipynb")
+           for rel in relative_names(lang, suffix)}  # fmt: skip
+    assert indexed == own, (sorted(indexed - own)[:5], sorted(own - indexed)[:5])
+    tex = [f"{doc['location']}: {m[0]}" for doc in index["docs"]
+           for m in TEX.finditer(CODE.sub("", doc["title"] + " " + doc["text"]))]  # fmt: skip
+    assert not tex, tex[:10]
+    # the pages of the language read that index: their base is the language's folder
+    html = (built_site.path / page_url_path(lang, "setup.md") / "index.html").read_text("utf-8")
+    config = json.loads(re.search(r'id="__config" type="application/json">(.*?)</script>', html)[1])
+    assert config["base"] == {"it": "..", "en": "../../en/"}[lang]
 
 
 # --------------------------------------------------------------------------------------------
@@ -180,10 +205,7 @@ PACKAGE_DATA_READ = 'files("transformer_np")'
 
 
 def _downloads_hook():
-    spec = importlib.util.spec_from_file_location("downloads_hook", ROOT / "hooks" / "downloads.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_hook("downloads.py")
 
 
 @pytest.mark.parametrize("lang", LANGUAGES)
@@ -197,6 +219,15 @@ def test_setup_page_gives_the_pip_line_for_the_wheel_on_the_site(built_site, sit
     assert "{{" not in html, f"{lang}/setup: a placeholder was left unfilled"
     repo = os.environ.get("REPO_URL", "")
     assert ("git clone" in html) == bool(repo), f"{lang}/setup: repository block, REPO_URL={repo!r}"
+
+
+def test_the_site_holds_the_wheel_and_the_sdist_the_setup_page_gives(built_site, dists):
+    for name in _downloads_hook().download_names():
+        served = built_site.path / "downloads" / name
+        assert served.is_file(), f"{name} is not in the site's downloads/"
+    wheel = _downloads_hook().download_names()[0]
+    served = zipfile.ZipFile(built_site.path / "downloads" / wheel).namelist()
+    assert sorted(served) == sorted(zipfile.ZipFile(dists / wheel).namelist())
 
 
 def test_setup_wheel_and_sdist_are_the_files_python_m_build_makes(dists):

@@ -633,6 +633,12 @@
             const L = labels(root);
             return loadData(DATA[view]).then((data) => {
               root.replaceChildren();
+              if (data.pending) {
+                // a first, quick build of the site: the whole one computes the data
+                root.append(el("p", { class: "li-missing" }, L.pending));
+                root.dataset.ready = "1";
+                return;
+              }
               const needs = { attention: ["minilm", "smollm2"], residual: ["smollm2"], next: ["smollm2"] }[view];
               const missing = needs.filter((m) => data.missing && m in data.missing);
               if (missing.length) {

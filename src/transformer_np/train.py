@@ -247,10 +247,11 @@ def record(history, *values) -> None:
 
 
 def diverged(step, history, exc) -> TrainingDiverged:
-    """The error of a step that diverged: where, why, the last finite loss and what to do."""
-    last = history["loss"][-1] if history["loss"] else float("nan")
+    """The error of a step that diverged: where, why, the loss of the step before and what to
+    do."""
+    before = f"; loss at step {step - 1}: {history['loss'][-1]:.4g}" if history["loss"] else ""
     return TrainingDiverged(
-        f"training diverged at step {step} ({exc}); last finite loss {last:.4g}. The parameters "
+        f"training diverged at step {step} ({exc}){before}. The parameters "
         "are those of the previous step and nothing was saved: lower the learning rate, "
         "lengthen the warm-up or clip the gradients."
     )

@@ -6,6 +6,7 @@ options of their command lines (``--steps``, ``--seed``, ``--time-limit``, ``--s
 """
 
 import argparse
+import sys
 from importlib import resources
 
 from .._checks.files import non_negative_int, positive_float, positive_int
@@ -97,3 +98,10 @@ def parse_training_arguments(parser, argv):
         except (OSError, ValueError) as exc:  # a folder, a missing directory, an existing file
             parser.error(str(exc))
     return args
+
+
+def announce(text, progress):
+    """Say on stderr what a demo starts doing (with ``progress``): on a terminal its bar follows
+    at once, in a log file or a pipe only every 10% of the steps."""
+    if progress:
+        print(text, file=sys.stderr, flush=True)

@@ -29,7 +29,7 @@ from ..model import LanguageModel, LanguageModelConfig
 from ..optim import Adam
 from ..schedule import NoamSchedule
 from ..train import fit
-from . import load_shipped, parse_training_arguments, training_parser
+from . import announce, load_shipped, parse_training_arguments, training_parser
 
 __all__ = ["CharVocab", "load_text", "load_trained", "train_charlm"]
 
@@ -296,6 +296,7 @@ def main(argv=None):
         The exit status, 0.
     """
     args = parse_arguments(argv)
+    announce(f"training the character model on Pinocchio: {args.steps} steps", not args.no_progress)
     model, vocab, history, samples = train_charlm(
         steps=args.steps,
         sample_every=max(1, args.steps // 5),

@@ -300,8 +300,9 @@ def converse(model, tokenizer, args):
 def main(argv=None):
     """The command line: check the options, load the model, then answer or chat.
 
-    Every bad option is a usage error (exit status 2) before the model is loaded; Ctrl-C ends
-    the chat with a short message (exit status 130).
+    Every bad option is a usage error (exit status 2) before the model is loaded; a line on
+    stderr says while the model loads (the answers alone go to stdout); Ctrl-C ends the chat
+    with a short message (exit status 130).
 
     Parameters
     ----------
@@ -319,8 +320,10 @@ def main(argv=None):
     try:
         tokenizer = load_tokenizer()
         check_length(parser, args, tokenizer)
+        print("loading SmolLM2-135M-Instruct...", file=sys.stderr, flush=True)
         model = load_chat_model(args.dtype)
         if args.adapter is not None:
+            print(f"merging the adapter of {args.adapter}...", file=sys.stderr, flush=True)
             try:
                 model = apply_adapter(model, args.adapter)
             except ValueError as exc:  # files that are not a LoRA adapter of this model

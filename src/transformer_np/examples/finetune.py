@@ -20,6 +20,13 @@ loss is measured before and after, a few held-out questions are answered (greedy
 after, and the adapter is saved in PEFT's layout with the log of the run
 (``training_log.json``), in the folder ``tutor`` (``--save DIR`` for another, ``--no-save``
 for none; ``--quick`` saves only with ``--save``).
+
+Every phase shows what it is doing from its first second: a live progress bar on a terminal, a
+line when it starts otherwise (a log file, a pipe). A training whose loss diverges (NaN or
+infinite, or above ln V, the loss of a uniform guess over the V tokens of the vocabulary, when
+the model started below it) stops with :class:`~transformer_np.train.TrainingDiverged` and saves
+nothing; a full run whose held-out loss went up saves nothing either (``--allow-divergence`` goes
+on past ln V and saves all the same).
 """
 
 from __future__ import annotations
@@ -32,13 +39,14 @@ import time
 from importlib import resources
 
 import numpy as np
+from tqdm import tqdm
 
 from .._checks.files import non_negative_int, positive_float, positive_int
 from .._checks.finetune import LOG_FILE, check_finetune_options
 from ..clipping import clip_grad_norm
 from ..losses import CrossEntropyLoss
 from ..optim import Adam
-from ..train import progress_bar
+from ..train import TrainingDiverged, diverged, progress_bar
 
 __all__ = [
     "DATA_FILE",
@@ -159,8 +167,10 @@ def batches_of(examples, size):
     return [examples[i : i + size] for i in range(0, len(examples), size)]
 
 
-def heldout_loss(model, examples, pad_id, *, batch_size=8):
+def heldout_loss(model, examples, pad_id, *, batch_size=8, bar=None):
     """The mean cross-entropy per answer token of ``examples`` (the encoded held-out pairs).
+
+    ``bar``, a tqdm bar over the pairs, is moved on after each batch.
 
     Returns
     -------
@@ -176,6 +186,8 @@ def heldout_loss(model, examples, pad_id, *, batch_size=8):
             n = int((targets != IGNORE).sum())
             total += loss_fn.forward(model.forward(ids), targets) * n
             count += n
+            if bar is not None:
+                bar.update(len(batch))
     return total / count
 
 
@@ -223,6 +235,32 @@ def tutor_answer(model, tokenizer, question, *, max_new_tokens=60):
     return "".join(answer(model, tokenizer, messages, max_new_tokens=max_new_tokens)).strip()
 
 
+def phase(desc, total, stream, enabled, unit):
+    """A tqdm bar over one phase's ``total`` items: live on a terminal; elsewhere (a log file, a
+    pipe) one line when the phase starts, and the bar draws nothing."""
+    isatty = getattr(stream, "isatty", None)
+    if enabled and callable(isatty) and isatty():
+        return tqdm(total=total, desc=desc, file=stream, unit=unit)
+    if enabled:
+        print(f"{desc}: {total} {unit}{'s' if total != 1 else ''}", file=stream, flush=True)
+    return tqdm(total=total, disable=True)
+
+
+def divergence(loss, grad_norm, ceiling):
+    """Why a step diverged, or None: a loss or a gradient norm that is not finite, or a loss
+    above ``ceiling``."""
+    if not math.isfinite(loss):
+        return f"the loss is {loss}"
+    if not math.isfinite(grad_norm):
+        return f"the gradient norm is {grad_norm} (loss {loss:.4g})"
+    if loss > ceiling:
+        return (
+            f"the loss {loss:.4g} is above ln V = {ceiling:.4g}, the loss of a uniform guess "
+            "over the vocabulary, which the model started below"
+        )
+    return None
+
+
 def finetune(
     model,
     tokenizer,
@@ -244,6 +282,7 @@ def finetune(
     max_new_tokens=60,
     time_limit=None,
     seed=0,
+    stop_on_divergence=True,
     progress=True,
     stream=None,
 ):
@@ -284,10 +323,18 @@ def finetune(
         Stop after this many seconds of training.
     seed : int
         Seeds the adapters' initial A and the order of the pairs.
+    stop_on_divergence : bool
+        Stop when a step's loss is above ln V (V the model's vocabulary), the loss of a uniform
+        guess, for a model whose held-out loss started below it: the adapters have made it worse
+        than knowing nothing. A loss or a gradient that is NaN or infinite stops the run in any
+        case.
     progress : bool
-        Show a progress bar (tqdm) with the loss and the learning rate.
+        Show what each phase is doing: on a terminal a live progress bar (tqdm) for the
+        held-out loss, the answers and the training (with the loss and the learning rate);
+        elsewhere a line when a phase starts, and the training's bar about every 10% of the
+        steps.
     stream : file-like, optional
-        Where the bar is written (default ``sys.stderr``).
+        Where the bars and lines are written (default ``sys.stderr``).
 
     Returns
     -------
@@ -296,9 +343,16 @@ def finetune(
         ``seconds`` per step), ``heldout`` (``step`` and ``loss`` of each measure, step 0 before
         training), ``answers`` (``question``, ``before``, ``after``), ``trainable_parameters``,
         ``stopped`` ("steps" or "time_limit"), ``seconds`` and the options.
+
+    Raises
+    ------
+    TrainingDiverged
+        When a step diverges (see ``stop_on_divergence``), before its update; the message says
+        at which step and why.
     """
     from ..lora import add_lora, lora_params
 
+    stream = sys.stderr if stream is None else stream
     rng = np.random.default_rng(seed)
     pad = tokenizer.eos_id
     train = [encode_pair(tokenizer, p["question"], p["answer"]) for p in train_pairs]
@@ -324,10 +378,23 @@ def finetune(
         "train": {"step": [], "loss": [], "lr": [], "grad_norm": [], "seconds": []},
         "heldout": [],
     }
+
+    def measure(when):
+        with phase(f"held-out loss {when}", len(held), stream, progress, "pair") as bar:
+            return heldout_loss(model, held, pad, bar=bar)
+
+    def ask(when):
+        with phase(f"answers {when}", len(questions), stream, progress, "question") as bar:
+            answers = []
+            for q in questions:
+                answers.append(tutor_answer(model, tokenizer, q, max_new_tokens=max_new_tokens))
+                bar.update()
+            return answers
+
     start = time.perf_counter()
     # 1. before: the held-out loss, and the answers of the model as it is
-    log["heldout"].append({"step": 0, "loss": heldout_loss(model, held, pad)})
-    before = [tutor_answer(model, tokenizer, q, max_new_tokens=max_new_tokens) for q in questions]
+    log["heldout"].append({"step": 0, "loss": measure("before training")})
+    before = ask("before training")
     # 2. the adapters, the optimiser (AdamW on the adapters only), the schedule
     add_lora(model, rank, alpha, targets=targets, rng=rng)
     params = lora_params(model)
@@ -339,10 +406,19 @@ def finetune(
         eps=1e-8,
         weight_decay=weight_decay,
     )
+    # A model that started better than a uniform guess over the vocabulary (a held-out loss
+    # below ln V) and is now worse than one: the adapters have broken it. (A random model starts
+    # near ln V: then only a NaN or infinite loss stops the run.)
+    uniform = math.log(model.config.vocab_size)
+    started_below = log["heldout"][0]["loss"] < uniform
+    ceiling = uniform if stop_on_divergence and started_below else math.inf
     order, used = [], 0  # the training pairs, in a new random order at each pass
     log["stopped"] = "steps"
     train_start = time.perf_counter()
     model.train()
+    if progress and not (callable(getattr(stream, "isatty", None)) and stream.isatty()):
+        pairs = batch_size * accumulation
+        print(f"finetune: {steps} steps of {pairs} pairs", file=stream, flush=True)
     with progress_bar(steps, "finetune", stream, progress) as bar:
         for step in range(1, steps + 1):
             # 3. the step's pairs, cut into `accumulation` batches
@@ -354,10 +430,15 @@ def finetune(
                 used += 1
             batches = [make_batch(b, pad) for b in batches_of(chunk, batch_size)]
             # 4. forward and backward of each batch, the gradients added up
-            loss, grads = accumulated_gradients(model, batches, params)
-            # 5. clip, then one AdamW step with the scheduled learning rate
-            rate = optimizer.current_lr()
-            norm = clip_grad_norm(grads, clip_norm)
+            with np.errstate(over="ignore", invalid="ignore"):  # a divergence is reported below
+                loss, grads = accumulated_gradients(model, batches, params)
+                # 5. clip, stop if the step diverged, then one AdamW step
+                rate = optimizer.current_lr()
+                norm = clip_grad_norm(grads, clip_norm)
+            problem = divergence(loss, norm, ceiling)
+            if problem is not None:
+                model.eval()
+                raise diverged(step, log["train"], problem)
             optimizer.step(grads)
             for key, value in zip(
                 ("step", "loss", "lr", "grad_norm"), (step, loss, rate, norm), strict=True
@@ -377,8 +458,8 @@ def finetune(
                 break
     model.eval()
     # 6. after: the held-out loss and the same questions again
-    log["heldout"].append({"step": step, "loss": heldout_loss(model, held, pad)})
-    after = [tutor_answer(model, tokenizer, q, max_new_tokens=max_new_tokens) for q in questions]
+    log["heldout"].append({"step": step, "loss": measure("after training")})
+    after = ask("after training")
     log["answers"] = [
         {"question": q, "before": b, "after": a}
         for q, b, a in zip(questions, before, after, strict=True)
@@ -480,7 +561,16 @@ def make_parser():
     parser.add_argument(
         "--overwrite", action="store_true", help="let the run replace the files of an earlier one"
     )
-    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument(
+        "--allow-divergence",
+        action="store_true",
+        help="go on when the loss rises above ln V (worse than a uniform guess over the "
+        "vocabulary), and save the adapter even if the held-out loss went up (by default such "
+        "a run stops, or ends, without saving; a NaN or infinite loss stops it in any case)",
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bars and no line per phase"
+    )
     return parser
 
 
@@ -552,36 +642,48 @@ def main(argv=None):
     Returns
     -------
     int
-        The exit status: 0; 1 when the model package is missing or damaged, or when a full run
-        does not lower the held-out loss.
+        The exit status: 0; 1 when the model package is missing or damaged, when the training
+        diverges, or when a full run does not lower the held-out loss (then nothing is saved,
+        unless ``--allow-divergence``).
     """
     args = parse_arguments(argv)
     train_pairs, heldout_pairs = load_pairs("train"), load_pairs("heldout")
     heldout_pairs = heldout_pairs[: args.n_heldout]
+    progress = not args.no_progress
+    if progress:
+        print("loading SmolLM2-135M-Instruct...", file=sys.stderr, flush=True)
+    loading = time.perf_counter()
     try:
         model, tokenizer = load_smollm2_model()
     except (OSError, ImportError) as exc:  # ModelFileError: the model package missing or damaged
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    log = finetune(
-        model,
-        tokenizer,
-        train_pairs,
-        heldout_pairs,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        accumulation=args.accumulation,
-        lr=args.lr,
-        warmup=args.warmup,
-        rank=args.rank,
-        alpha=args.alpha,
-        targets=args.targets,
-        eval_every=args.eval_every,
-        shown=args.shown,
-        time_limit=args.time_limit,
-        seed=args.seed,
-        progress=not args.no_progress,
-    )
+    if progress:
+        print(f"loaded in {time.perf_counter() - loading:.0f} s", file=sys.stderr, flush=True)
+    try:
+        log = finetune(
+            model,
+            tokenizer,
+            train_pairs,
+            heldout_pairs,
+            steps=args.steps,
+            batch_size=args.batch_size,
+            accumulation=args.accumulation,
+            lr=args.lr,
+            warmup=args.warmup,
+            rank=args.rank,
+            alpha=args.alpha,
+            targets=args.targets,
+            eval_every=args.eval_every,
+            shown=args.shown,
+            time_limit=args.time_limit,
+            seed=args.seed,
+            stop_on_divergence=not args.allow_divergence,
+            progress=progress,
+        )
+    except TrainingDiverged as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     log["command"] = ["python", "-m", "transformer_np.examples.finetune", *(argv or sys.argv[1:])]
     first, last = log["heldout"][0]["loss"], log["heldout"][-1]["loss"]
     print(
@@ -595,10 +697,18 @@ def main(argv=None):
     print(f"held-out loss: {first:.4f} before, {last:.4f} after")
     for item in log["answers"]:
         print(f"\n{item['question']}\n  before: {item['before']}\n  after:  {item['after']}")
-    if args.save:
+    worse = not args.quick and last >= first  # the adapters made the model worse
+    if worse:
+        print(
+            f"\nerror: the held-out loss went up ({first:.4f} before, {last:.4f} after): the "
+            "adapter makes the model worse"
+            + ("" if args.allow_divergence else " and was not saved (--allow-divergence saves it)"),
+            file=sys.stderr,
+        )
+    if args.save and (args.allow_divergence or not worse):
         save_run(args.save, model, log, args.overwrite)
         print(f"\nsaved to {args.save}")
-    return 0 if args.quick or last < first else 1
+    return 1 if worse else 0
 
 
 if __name__ == "__main__":

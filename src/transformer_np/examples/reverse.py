@@ -31,7 +31,7 @@ from ..model import Transformer, TransformerConfig
 from ..optim import Adam
 from ..schedule import NoamSchedule
 from ..train import fit
-from . import load_shipped, parse_training_arguments, training_parser
+from . import announce, load_shipped, parse_training_arguments, training_parser
 from .digits import (  # the task's data (re-exported: the pages import them from here)
     BOS,
     EOS,
@@ -325,6 +325,11 @@ def main(argv=None):
         The exit status: 0, or 1 if a full run ends below 99% exact match on the test set.
     """
     args = parse_arguments(argv)
+    announce(
+        f"training the encoder-decoder to {args.task} digits: up to {args.steps} steps, "
+        f"stopping at {VAL_TARGET:.1%} validation exact match",
+        not args.no_progress,
+    )
     model, history, splits = train_reverse(
         task=args.task,
         steps=args.steps,
