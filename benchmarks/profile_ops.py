@@ -78,6 +78,7 @@ def _qualnames() -> dict[tuple[str, int], str]:
             if inspect.isclass(obj):
                 members = [m for m in vars(obj).values() if inspect.isfunction(m)]
             for fn in members:
+                fn = inspect.unwrap(fn)  # a layer's backward, wrapped by its entry check
                 code = getattr(fn, "__code__", None)
                 if code is not None and getattr(fn, "__module__", None) == mod_name:
                     names[(code.co_filename, code.co_firstlineno)] = f"{short}.{fn.__qualname__}"
