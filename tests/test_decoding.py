@@ -119,7 +119,11 @@ def test_cached_generation_identical_in_float32_too():
 def test_cached_and_uncached_translation_give_identical_tokens(norm_first):
     model = translator(norm_first)
     src = np.array([[3, 4, 5, 6, 0, 0], [7, 8, 9, 10, 11, 12]])
-    for kw in ({"temperature": 0.0}, {"temperature": 1.0, "top_k": 4}, {"top_p": 0.7}):
+    for kw in (
+        {"temperature": 0.0},
+        {"temperature": 1.0, "top_k": 4},
+        {"temperature": 1.0, "top_p": 0.7},
+    ):
         a = translate(model, src, 15, bos_id=1, eos_id=None, rng=5, **kw)
         b = translate(model, src, 15, bos_id=1, eos_id=None, rng=5, use_cache=False, **kw)
         np.testing.assert_array_equal(a, b)

@@ -105,10 +105,17 @@ def test_top_p_none_and_one_are_no_cut():
         )
 
 
-def test_greedy_ignores_top_p():
+@pytest.mark.parametrize(
+    ("cuts", "named"),
+    [({"top_p": 0.01}, "top_p = 0.01"), ({"top_k": 3}, "top_k = 3"),
+     ({"top_k": 3, "top_p": 0.5}, "top_k = 3, top_p = 0.5")],
+)  # fmt: skip
+def test_top_k_and_top_p_at_temperature_0_are_refused_not_ignored(cuts, named):
+    # greedy decoding samples nothing, so the cuts would do nothing: said, not ignored
     logits = np.random.default_rng(0).standard_normal((20, 9))
-    greedy = sample_next(logits, temperature=0, top_p=0.01)
-    np.testing.assert_array_equal(greedy, logits.argmax(-1))
+    with pytest.raises(ValueError, match=f"^{named} does nothing at temperature = 0"):
+        sample_next(logits, temperature=0, **cuts)
+    np.testing.assert_array_equal(sample_next(logits, temperature=0), logits.argmax(-1))
 
 
 def test_a_small_top_p_is_the_argmax():

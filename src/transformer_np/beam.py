@@ -57,7 +57,9 @@ def beam_search(
         the best running beam, scored at its current length, cannot beat the worst of them;
         "never" scores it at its most favourable length (``max_new_tokens`` when alpha > 0).
     eos_id : int, optional
-        The end token: a beam that produces it is finished (the token included).
+        The end token: a beam that produces it is finished (the token included). Default: the
+        model's own, ``config.eos_id`` (``<|im_end|>`` for SmolLM2 from :func:`load_smollm2`, as
+        transformers takes it from the model; none for a model built without one).
     penalty : {"gnmt", "transformers"}, default "gnmt"
         lp(n) for n generated tokens: ``((5 + n) / 6) ** alpha`` (Wu et al. 2016, eq. 14) or
         ``n ** alpha`` (Hugging Face's).

@@ -98,6 +98,8 @@ class LlamaConfig(JsonConfig):
     rope_base: float = 100000.0  # theta of the rotary frequencies theta^(-2i/Dh)
     eps: float = 1e-5  # RMSNorm epsilon
     dtype: str = "float32"  # "float32" or "float64"
+    eos_id: int | None = None  # the end token beam search stops at unless told another (None:
+    # none); load_smollm2 sets SmolLM2's <|im_end|> = 2, from its file
 
     def __post_init__(self):
         check_llama_config(self)

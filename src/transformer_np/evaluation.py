@@ -16,6 +16,8 @@ from .functional import log_softmax
 
 __all__ = ["perplexity", "bits_per_byte", "windows"]
 
+MAX_EXPONENT = math.log(np.finfo(np.float64).max)  # 709.78: exp of more overflows float64
+
 
 @checked(check_perplexity)
 # --8<-- [start:perplexity]
@@ -40,10 +42,12 @@ def perplexity(model, ids, *, window=None, stride=None):
     -------
     float
         :math:`\exp` of the mean :math:`-\log p(x_i \mid c_i)` over the scored tokens: at least 1,
-        and V for a model that guesses uniformly among V tokens.
+        and V for a model that guesses uniformly among V tokens; ``math.inf`` when it is beyond
+        the largest float (a mean above 709.78 nats: :func:`bits_per_byte` stays finite).
     """
     nll, n_scored = negative_log_likelihood(model, ids, window, stride)
-    return math.exp(nll / n_scored)
+    mean = nll / n_scored
+    return math.exp(mean) if mean <= MAX_EXPONENT else math.inf
 
 
 # --8<-- [end:perplexity]

@@ -25,7 +25,8 @@ def sample_next(logits, *, temperature=1.0, top_k=None, top_p=None, rng=None):
         Scores of the next token; ``-inf`` masks a token. NaN, ``+inf`` and a row that is
         ``-inf`` everywhere raise a ValueError.
     temperature : float, default 1.0
-        0 is greedy (the arg-max; ``top_k`` and ``top_p`` are then ignored). Otherwise the scores
+        0 is greedy (the arg-max; ``top_k`` and ``top_p``, which would do nothing, are then a
+        ValueError). Otherwise the scores
         are divided by it before the softmax: below 1 sharper, above 1 flatter.
     top_k : int, optional
         Only the ``top_k`` best tokens (ties at the threshold stay), ``1 <= top_k <= V``.

@@ -109,6 +109,13 @@ def check_llama_config(cfg):
         if not getattr(cfg, field) > 0:
             raise ValueError(f"{name}.{field} must be > 0, got {getattr(cfg, field)}")
     check_dtype_name(name, cfg.dtype)
+    if cfg.eos_id is not None:
+        check_field(name, "eos_id", cfg.eos_id, int, 0)
+        if cfg.eos_id >= cfg.vocab_size:
+            raise ValueError(
+                f"{name}.eos_id must be a token id below vocab_size = {cfg.vocab_size} "
+                f"(or None), got {cfg.eos_id}"
+            )
 
 
 def check_json_text(cls, text) -> dict:

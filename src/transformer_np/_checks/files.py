@@ -9,6 +9,7 @@ usage error (exit status 2) as soon as the line is parsed, before any model is b
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import os
 from collections.abc import Mapping
@@ -88,9 +89,21 @@ def check_destination(target, overwrite, argument, overwrite_option):
     return target
 
 
+def check_binary_file(file, mode):
+    """A TypeError if the file object ``file`` was opened in text mode: a checkpoint is bytes."""
+    text_mode = isinstance(file, io.TextIOBase) or "b" not in getattr(file, "mode", "b")
+    if text_mode:
+        opened = f" (mode {file.mode!r})" if isinstance(getattr(file, "mode", None), str) else ""
+        raise TypeError(
+            f"path must be a path or a binary file object (open(..., {mode!r})), got a text-mode "
+            f"{type_name(file)}{opened}: a checkpoint is bytes"
+        )
+
+
 def check_load_path(path):
     """A binary file object, or the path of an existing file (a hint if only ``<path>.npz`` is)."""
     if hasattr(path, "read"):
+        check_binary_file(path, "rb")
         return path
     given = as_path_text(path, "path")
     if os.path.isdir(given):
@@ -121,7 +134,9 @@ def check_save_model(path, model, extra, overwrite):
                 f"parameter {name!r} holds NaN or inf: refusing to save a diverged model"
             )
     extra = check_extra(extra)
-    if not hasattr(path, "write"):  # a file object is written as it is
+    if hasattr(path, "write"):  # a file object is written as it is, if it takes bytes
+        check_binary_file(path, "wb")
+    else:
         path = check_save_path(path, overwrite, "path", "overwrite=True")
     return {"path": path, "model": model, "extra": extra, "overwrite": overwrite}
 
@@ -197,3 +212,41 @@ def non_empty_text(text):
     if not text.strip():
         raise argparse.ArgumentTypeError(f"must not be empty, got {text!r}")
     return text
+
+
+# -- command-line destinations --------------------------------------------------------------------
+
+
+def path_text(text):
+    """argparse type: a path (a file or a folder), not empty and not only spaces."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must be a path, got {text!r}")
+    return text
+
+
+def destination_problem(path, argument, *, folder=False):
+    """What stops a command writing to ``path`` (given as ``argument``), or None; before any work.
+
+    A file is created in the folder that holds it; a folder (``folder=True``) is filled with
+    files, in it if it exists, else it is created in its parent. That folder must exist, be a
+    folder (not a file: nothing can be created under a file) and be writable by the user.
+    """
+    given = os.fspath(path)
+    full = os.path.abspath(given)
+    into = full if folder and os.path.isdir(full) else os.path.dirname(full)
+    existing = into
+    while not os.path.exists(existing):  # the nearest part of the path that is there
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return (
+            f"{argument} {given!r}: {existing!r} is a file, not a folder, so nothing can be "
+            "created under it; expected a path in a folder you can write"
+        )
+    if existing != into:
+        return f"{argument} {given!r}: the directory {into!r} does not exist"
+    if not os.access(into, os.W_OK | os.X_OK):
+        return (
+            f"{argument} {given!r}: the folder {into!r} cannot be written (no permission); "
+            "expected a path in a folder you can write"
+        )
+    return None

@@ -277,14 +277,15 @@ def check_softmax_input(x, axis, what: str) -> tuple[np.ndarray, int]:
 
 
 def check_normalised(rstd: np.ndarray, x: np.ndarray, name: str) -> None:
-    """Raise ValueError if a row of finite ``x`` was too large for its dtype's layer norm.
+    """Raise NotFiniteError (a ValueError; in training, a TrainingDiverged) if a row of finite
+    ``x`` was too large for its dtype's layer norm.
 
     ``rstd`` is the ``1 / sqrt(var + eps)`` of ``functional.layer_norm``, one value per
     row: an overflow of the mean or the variance makes it NaN or 0 (and the output wrong: a row
     of zeros or NaN), so checking these few values is enough.
     """
     if rstd.size and not (rstd.min() > 0 and rstd.max() < np.inf):  # False for a NaN, too
-        raise ValueError(
+        raise NotFiniteError(
             f"{name} is too large to normalise in {rstd.dtype} (the mean or variance of a row "
             f"overflows; largest |{name}| = {float(np.max(np.abs(x))):.3g}); scale it down or "
             "use float64"

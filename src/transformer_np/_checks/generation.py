@@ -104,7 +104,9 @@ def check_generate(
     )
     # the beam options are unused with one beam, but must be well formed
     checked.update(
-        num_beams=1, eos_id=None, **check_beam_options(length_penalty, early_stopping, penalty)
+        num_beams=1,
+        eos_id=None,
+        **check_beam_options(length_penalty, early_stopping, penalty, checked["max_new_tokens"]),
     )
     B, T0 = checked["prompt"].shape
     memory = physical_memory()
@@ -156,8 +158,9 @@ def check_beam_search(
         "prompt": prompt.astype(np.int64, copy=False),
         "max_new_tokens": n_new,
         "num_beams": beams,
-        **check_beam_options(length_penalty, early_stopping, penalty),
-        "eos_id": None
+        **check_beam_options(length_penalty, early_stopping, penalty, n_new),
+        # None: the model's own end token (config.eos_id), as transformers takes it from the model
+        "eos_id": getattr(cfg, "eos_id", None)
         if eos_id is None
         else check_token_id(eos_id, "eos_id", cfg.vocab_size, optional=True),  # fmt: skip
         "use_cache": check_bool(use_cache, "use_cache"),
@@ -186,9 +189,10 @@ def no_sampling_with_beams(beams, temperature, top_k, top_p, rng, keep=None) -> 
         )
 
 
-def check_beam_options(length_penalty, early_stopping, penalty) -> dict:
+def check_beam_options(length_penalty, early_stopping, penalty, max_new_tokens) -> dict:
     """``{"length_penalty": finite float, "early_stopping": True, False or "never",
-    "penalty": "gnmt" or "transformers"}``, checked."""
+    "penalty": "gnmt" or "transformers"}``, checked: lp(n) = base(n) ** alpha must stay within
+    [e^-354, e^354] for every length up to ``max_new_tokens`` (see :func:`check_length_divisor`)."""
     if isinstance(length_penalty, bool | np.bool_) or not isinstance(length_penalty, numbers.Real):
         raise TypeError(
             f"length_penalty must be a number (the exponent alpha), got {length_penalty!r} "
@@ -208,7 +212,32 @@ def check_beam_options(length_penalty, early_stopping, penalty) -> dict:
             f"(n ** alpha), got {penalty!r}"
         )
     stopping = early_stopping if isinstance(early_stopping, str) else bool(early_stopping)
+    check_length_divisor(alpha, penalty, max_new_tokens)
     return {"length_penalty": alpha, "early_stopping": stopping, "penalty": penalty}
+
+
+# Half the exponent range of float64 (ln of its largest value is 709.78): with lp(n) in
+# [e^-354.9, e^354.9], a score, summed log-probability / lp(n), stays finite for any sum below
+# e^354.9 (about 1e154) in magnitude, and lp(n) itself neither overflows nor underflows to 0.
+LOG_LP_LIMIT = math.log(np.finfo(np.float64).max) / 2
+
+
+def check_length_divisor(alpha, penalty, max_new_tokens) -> None:
+    """A ValueError if ``base(n) ** alpha`` leaves [e^-354.9, e^354.9] for some n <= max_new_tokens.
+
+    The base grows with n from 1 (``(5 + n) / 6`` or ``n``), so ``|alpha| ln base(max_new_tokens)``
+    is the largest |ln lp(n)|."""
+    n = max_new_tokens
+    base, formula = ((5 + n) / 6, "((5 + n) / 6)") if penalty == "gnmt" else (n, "n")
+    if base > 1 and abs(alpha) * math.log(base) > LOG_LP_LIMIT:
+        most = LOG_LP_LIMIT / math.log(base)
+        reach = abs(alpha) * math.log(base)
+        raise ValueError(
+            f"length_penalty must be in [-{most:.4g}, {most:.4g}] for {n} new tokens: the length "
+            f"divisor lp(n) = {formula} ** alpha would reach e^{reach:.4g} at n = {n}, and the "
+            "scores (summed log-probabilities / lp(n)) would overflow to -inf or collapse to 0 "
+            f"(values near 1, as 0.6 or 1.0, are the usual ones). Got length_penalty = {alpha:g}"
+        )
 
 
 def physical_memory() -> int | None:
@@ -298,7 +327,7 @@ def check_translate(
         "rng": check_rng(rng),
         "use_cache": check_bool(use_cache, "use_cache"),
         "num_beams": beams,
-        **check_beam_options(length_penalty, early_stopping, penalty),
+        **check_beam_options(length_penalty, early_stopping, penalty, n_new),
     }
 
 
@@ -351,6 +380,16 @@ def check_sampling(temperature, top_k, top_p, vocab_size) -> dict:
         top_p = float(top_p)
         if not 0 < top_p <= 1:  # NaN fails too
             raise ValueError(f"top_p must be a number in (0, 1], got {top_p}")
+    if t == 0:  # greedy: the cuts choose among the tokens sampled, and nothing is sampled
+        cuts = {"top_k": top_k, "top_p": top_p}
+        given = ", ".join(f"{name} = {value}" for name, value in cuts.items() if value is not None)
+        if given:
+            raise ValueError(
+                f"{given} does nothing at temperature = 0: greedy decoding takes the most "
+                "probable token, and top_k and top_p only choose among the tokens sampled. "
+                "Give a temperature > 0 to sample (1.0: the model's own distribution), or leave "
+                "them None"
+            )
     return {"temperature": t, "top_k": top_k, "top_p": top_p}
 
 

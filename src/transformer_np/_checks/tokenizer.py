@@ -65,6 +65,11 @@ def check_messages(messages) -> list[dict]:
             "messages must be a list of dicts like {'role': 'user', 'content': 'Hi'}, "
             f"got {type_name(messages)}"
         )
+    if not messages:  # the template would render a prompt with no turn for the model to answer
+        raise ValueError(
+            "messages must hold at least one message, such as [{'role': 'user', 'content': "
+            "'Hi'}], got an empty list"
+        )
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise TypeError(f"messages[{i}] must be a dict with a str 'role', got {m!r}")

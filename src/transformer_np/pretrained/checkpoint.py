@@ -71,8 +71,19 @@ def find_model_dir() -> Path:
 
 
 def _require_file(path: Path) -> Path:
+    return require_file(path, "", INSTALL_HINT)
+
+
+def require_file(path: Path, suffix: str, hint: str) -> Path:
+    """``path`` if it is a file, else a ModelFileError that says it is a folder (naming the
+    ``suffix`` files inside, if any), or that it is missing, then how to install it (``hint``)."""
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob(f"*{suffix}") if p.is_file())[:5]
+        found = f" (it holds {', '.join(inside)})" if suffix and inside else ""
+        kind = f"a {suffix} file" if suffix else "a file"
+        raise ModelFileError(f"model file {path} is a folder{found}: expected the path of {kind}")
     if not path.is_file():
-        raise ModelFileError(f"model file {path} not found; {INSTALL_HINT}")
+        raise ModelFileError(f"model file {path} not found; {hint}")
     return path
 
 

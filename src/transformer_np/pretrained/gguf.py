@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .checkpoint import ModelFileError
+from .checkpoint import ModelFileError, require_file
 
 __all__ = [
     "GGUF_INSTALL_HINT",
@@ -117,9 +117,7 @@ def read_gguf(path: str | Path) -> GGUFFile:
         If the ``gguf`` package is not installed.
     """
     require_modules("gguf")
-    path = Path(path)
-    if not path.is_file():
-        raise ModelFileError(f"model file {path} not found; {GGUF_INSTALL_HINT}")
+    path = require_file(Path(path), ".gguf", GGUF_INSTALL_HINT)
     stat = path.stat()
     return parse_gguf(path.resolve(), stat.st_size, stat.st_mtime_ns)
 

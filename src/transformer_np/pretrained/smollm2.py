@@ -81,6 +81,7 @@ def load_smollm2(dtype=np.float32, path: str | Path | None = None):
         **{k: numbers[k] for k in ("vocab_size", "d_model", "n_layers", "n_heads")},
         **{k: numbers[k] for k in ("n_kv_heads", "d_ff", "max_len", "rope_base", "eps")},
         dtype=dtype.name,
+        eos_id=numbers["eos_id"],  # <|im_end|>: beam search stops there, as in transformers
     )
     model = LlamaModel(config, init=False)  # zero weights, every one set below
     params = model.params
