@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from .files import destination_problem
+
 # the files a run writes in its --save folder: the adapter (PEFT's names) and the log of the run
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
 LOG_FILE = "training_log.json"
@@ -18,14 +20,14 @@ def check_save_folder(folder, overwrite):
     """The problem with writing a run into ``folder`` (``--save``), or None.
 
     The folder may exist (its other files are left alone) or be new (its parent must exist);
-    a file of the run already in it is replaced only with ``overwrite``.
+    either must be writable, and a file of the run already in it is replaced only with
+    ``overwrite``.
     """
     given = os.fspath(folder)
     if os.path.exists(given) and not os.path.isdir(given):
         return f"--save {given!r} is a file: give a folder (the adapter is two files and a log)"
-    parent = os.path.dirname(os.path.abspath(given))
-    if not os.path.isdir(parent):
-        return f"--save {given!r}: the directory {parent!r} does not exist"
+    if problem := destination_problem(given, "--save", folder=True):
+        return problem  # under a file, in a missing directory, or where the user cannot write
     present = [n for n in (*ADAPTER_FILES, LOG_FILE) if os.path.lexists(os.path.join(given, n))]
     if present and not overwrite:
         return (

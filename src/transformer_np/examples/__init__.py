@@ -2,14 +2,25 @@
 ``... .chat`` (SmolLM2) and ``... .finetune`` (LoRA on SmolLM2).
 
 What the two training demos share: their trained checkpoints shipped in ``examples/data/``, and the
-options of their command lines (``--steps``, ``--seed``, ``--time-limit``, ``--save``, ...).
+options of their command lines (``--steps``, ``--seed``, ``--time-limit``, ``--save``, ...). What
+every demo shares: a run's result is saved even when its destination fails at the end
+(:func:`save_or_rescue`); the two SmolLM2 demos check their options against the model's shape
+before loading it (:func:`smollm2_shape`).
 """
 
 import argparse
+import os
 import sys
+import tempfile
 from importlib import resources
 
-from .._checks.files import non_negative_int, positive_float, positive_int
+from .._checks.files import (
+    destination_problem,
+    non_negative_int,
+    path_text,
+    positive_float,
+    positive_int,
+)
 from ..checkpoints import checkpoint_path, load_model
 
 
@@ -61,7 +72,9 @@ def training_parser(prog, description, *, quick, steps, time_limit=None):
     parser.add_argument(
         "--time-limit", type=positive_float, default=time_limit, help=f"seconds ({limit})"
     )
-    parser.add_argument("--save", default=None, help="write the trained model to this .npz")
+    parser.add_argument(
+        "--save", type=path_text, default=None, help="write the trained model to this .npz"
+    )
     parser.add_argument(
         "--overwrite", action="store_true", help="let --save replace an existing file"
     )
@@ -91,6 +104,8 @@ def parse_training_arguments(parser, argv):
     if args.overwrite and args.save is None:
         parser.error("--overwrite lets --save replace an existing file: it needs --save FILE")
     if args.save is not None:
+        if problem := destination_problem(args.save, "--save"):
+            parser.error(problem)  # under a file, in a missing directory, or not writable
         try:
             args.save = checkpoint_path(
                 args.save, args.overwrite, argument="--save", overwrite_option="--overwrite"
@@ -105,3 +120,43 @@ def announce(text, progress):
     at once, in a log file or a pipe only every 10% of the steps."""
     if progress:
         print(text, file=sys.stderr, flush=True)
+
+
+def smollm2_shape(dtype="float32"):
+    """SmolLM2-135M-Instruct's LlamaModel without its weights, in milliseconds: its 30 blocks and
+    the names and shapes of its maps, to check options against before the model is loaded.
+
+    ``LlamaConfig()``'s defaults are SmolLM2-135M's numbers (the GGUF file's metadata); the
+    weights are zeros that are never written, so the memory is never used.
+    """
+    from ..config import LlamaConfig
+    from ..llama import LlamaModel
+
+    return LlamaModel(LlamaConfig(dtype=dtype), init=False)
+
+
+def save_or_rescue(save, target, argument):
+    """``save(target)``; if that fails, ``save`` into a fresh temporary folder instead.
+
+    The checks before the run make a failure here rare (a full disk, a folder removed or made
+    read-only during the run), but the minutes of work are never lost to it: the message on
+    stderr says why ``target`` (the value of ``argument``) failed and where the run went.
+
+    Returns
+    -------
+    (str, bool)
+        The path written, and whether it is the rescue rather than ``target``.
+    """
+    try:
+        save(target)
+        return target, False
+    except OSError as exc:
+        name = os.path.basename(os.path.normpath(target)) or "run"
+        rescue = os.path.join(tempfile.mkdtemp(prefix="transformer_np-"), name)
+        save(rescue)
+        print(
+            f"error: {argument} {target!r} could not be written ({type(exc).__name__}: {exc}); "
+            f"the run was saved to {rescue!r} instead",
+            file=sys.stderr,
+        )
+        return rescue, True

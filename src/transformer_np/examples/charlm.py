@@ -29,7 +29,13 @@ from ..model import LanguageModel, LanguageModelConfig
 from ..optim import Adam
 from ..schedule import NoamSchedule
 from ..train import fit
-from . import announce, load_shipped, parse_training_arguments, training_parser
+from . import (
+    announce,
+    load_shipped,
+    parse_training_arguments,
+    save_or_rescue,
+    training_parser,
+)
 
 __all__ = ["CharVocab", "load_text", "load_trained", "train_charlm"]
 
@@ -293,7 +299,8 @@ def main(argv=None):
     Returns
     -------
     int
-        The exit status, 0.
+        The exit status: 0, or 1 if ``--save`` could not be written at the end (the model is
+        then saved in a temporary folder, named on stderr).
     """
     args = parse_arguments(argv)
     announce(f"training the character model on Pinocchio: {args.steps} steps", not args.no_progress)
@@ -310,6 +317,7 @@ def main(argv=None):
         loss = f"  (validation loss {evals[step]['val_loss']:.3f})" if step in evals else ""
         print(f"--- step {step}{loss}")
         print(text.replace("\n", " / "))
+    rescued = False  # saved elsewhere than --save: the exit status says so
     if args.save:
         extra = {
             "chars": np.array(vocab.chars),
@@ -319,9 +327,13 @@ def main(argv=None):
             "sample_step": np.array([step for step, _ in samples], dtype=np.int64),
             "sample_text": np.array([text for _, text in samples]),
         }
-        save_model(args.save, model, extra=extra, overwrite=args.overwrite)
-        print(f"saved to {args.save}")
-    return 0
+        where, rescued = save_or_rescue(
+            lambda path: save_model(path, model, extra=extra, overwrite=args.overwrite),
+            args.save,
+            "--save",
+        )
+        print(f"saved to {where}")
+    return 1 if rescued else 0
 
 
 if __name__ == "__main__":

@@ -33,14 +33,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 import time
 
 import numpy as np
 
-from .._checks.files import non_negative_int, positive_float, positive_int
+from .._checks.files import non_negative_int, path_text, positive_float, positive_int
 from .._checks.finetune import LOG_FILE, check_finetune_options
 from ..train import TrainingDiverged
+from . import save_or_rescue, smollm2_shape
 from .tutor import (  # noqa: F401 (the data and the loop: the pages import them from here)
     BASE_MODEL,
     DATA_FILE,
@@ -137,6 +140,7 @@ def make_parser():
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--save",
+        type=path_text,
         default=None,
         metavar="DIR",
         help="write the adapter (PEFT's adapter_model.safetensors and "
@@ -183,15 +187,22 @@ def parse_arguments(argv=None):
 def targets_problem(targets, rank):
     """What :func:`~transformer_np.lora.add_lora` says of ``--targets``, or None.
 
-    Asked of a one-block LlamaModel with SmolLM2's layer names, in milliseconds: a name that
-    matches no map is refused before the model is loaded.
+    Asked of SmolLM2's LlamaModel without its weights (:func:`smollm2_shape`, in milliseconds):
+    a name that matches no map, or a block past the last, is refused before the model is loaded.
     """
-    from .. import LlamaConfig, LlamaModel
     from ..lora import add_lora
 
-    cfg = LlamaConfig(vocab_size=8, d_model=8, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=8)
+    model = smollm2_shape()
+    n = model.config.n_layers
+    for target in targets:  # "blocks.30.attn.q", "model.layers.30.self_attn.q_proj", "layers.30"
+        m = re.search(r"(?:^|\.)(?:blocks|layers)\.(\d+)(?:\.|$)", target)
+        if m and int(m[1]) >= n:
+            return (
+                f"--targets {target!r} names block {m[1]}: SmolLM2-135M-Instruct has {n} "
+                f"blocks, numbered 0 to {n - 1}"
+            )
     try:
-        add_lora(LlamaModel(cfg, rng=0), rank, targets=targets)
+        add_lora(model, rank, targets=targets)
     except ValueError as exc:
         return f"--{exc}"  # "targets: 'x' names no Linear layer ..."
     return None
@@ -205,13 +216,17 @@ def load_smollm2_model():
 
 
 def save_run(folder, model, log, overwrite):
-    """The adapter in PEFT's layout and the log of the run, in ``folder``."""
-    import os
+    """The adapter in PEFT's layout and the log of the run, in ``folder``.
 
+    Each file that cannot be written is an OSError before any is written (save_lora checks its
+    two, the log is checked first), so that a failure leaves no half of a run in ``folder``.
+    """
     from ..lora_files import save_lora
 
-    save_lora(folder, model, base_model=BASE_MODEL, overwrite=overwrite)
     path = os.path.join(folder, LOG_FILE)
+    if not overwrite and os.path.lexists(path):  # appeared during the run
+        raise FileExistsError(f"{path!r} already exists (it appeared during the run)")
+    save_lora(folder, model, base_model=BASE_MODEL, overwrite=overwrite)
     with open(path, "w" if overwrite else "x", encoding="utf-8") as file:
         json.dump(log, file, ensure_ascii=False, indent=1)
         file.write("\n")
@@ -230,7 +245,8 @@ def main(argv=None):
     int
         The exit status: 0; 1 when the model package is missing or damaged, when the training
         diverges, or when a full run does not lower the held-out loss (then nothing is saved,
-        unless ``--allow-divergence``).
+        unless ``--allow-divergence``), or when ``--save`` could not be written at the end (the
+        run is then saved in a temporary folder, named on stderr).
     """
     args = parse_arguments(argv)
     train_pairs, heldout_pairs = load_pairs("train"), load_pairs("heldout")
@@ -291,10 +307,13 @@ def main(argv=None):
             + ("" if args.allow_divergence else " and was not saved (--allow-divergence saves it)"),
             file=sys.stderr,
         )
+    rescued = False  # saved elsewhere than --save: the exit status says so
     if args.save and (args.allow_divergence or not worse):
-        save_run(args.save, model, log, args.overwrite)
-        print(f"\nsaved to {args.save}")
-    return 1 if worse else 0
+        where, rescued = save_or_rescue(
+            lambda folder: save_run(folder, model, log, args.overwrite), args.save, "--save"
+        )
+        print(f"\nsaved to {where}")
+    return 1 if worse or rescued else 0
 
 
 if __name__ == "__main__":
