@@ -240,6 +240,8 @@ def test_the_adapter_changes_the_answer_as_the_adapted_model_does(tmp_path, monk
     tokenizer = load_smollm2_tokenizer()
     monkeypatch.setattr(chat, "load_tokenizer", lambda: tokenizer)
     monkeypatch.setattr(chat, "load_chat_model", lambda dtype: LlamaModel(cfg, rng=0))
+    # the adapter is checked before loading against the shape of the model that will load
+    monkeypatch.setattr(chat, "smollm2_shape", lambda dtype: LlamaModel(cfg, init=False))
     argv = ["--prompt", "Ciao", "--max-new-tokens", "6"]
     assert chat.main(argv) == 0
     plain = capsys.readouterr().out

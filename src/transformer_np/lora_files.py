@@ -23,7 +23,7 @@ from ._checks.lora import check_load_lora, check_save_lora
 from ._peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS, PREFIX, lora_layers, peft_path
 from .checkpoints import write_atomically
 from .layers import Linear
-from .lora import adapt
+from .lora import adapt, names_one
 
 __all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "load_lora", "save_lora"]
 
@@ -172,7 +172,7 @@ PLAIN = {
 
 
 def read_config(path):
-    """r, alpha and dropout of a plain LoRA ``adapter_config.json``."""
+    """r, alpha, dropout and target_modules of a plain LoRA ``adapter_config.json``."""
     try:
         with open(path, encoding="utf-8") as file:
             config = json.load(file)
@@ -198,7 +198,23 @@ def read_config(path):
         dropout = check_probability(config.get("lora_dropout", 0.0), f"{path!r}: lora_dropout")
     except TypeError as exc:
         raise ValueError(str(exc)) from None
-    return r, alpha, dropout
+    return r, alpha, dropout, config.get("target_modules")
+
+
+def check_target_modules(path, targets, names, model):
+    """A ValueError if ``targets``, the ``target_modules`` of the configuration at ``path``, name
+    none of the maps ``names`` (transformers' names) of ``model``: an adapter for another model."""
+    if isinstance(targets, str):  # PEFT: a regular expression matching a whole name
+        targets = [targets]
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        return  # no names to compare: the tensors' names are checked one by one
+    if not any(names_one(t, n) for t in targets for n in names):
+        kinds = sorted({n.rsplit(".", 1)[1] for n in names})
+        raise ValueError(
+            f"{path!r}: target_modules {targets!r} names no map of this "
+            f"{type(model).__name__} (its maps: {', '.join(kinds)}): the adapter was made for "
+            "another model"
+        )
 
 
 def read_tensors(path):
@@ -217,11 +233,13 @@ def read_tensors(path):
 def read_peft_adapter(folder, model):
     """r, alpha, dropout and ``{our path: (A (r, d_in), B (d_out, r))}`` of the adapter in
     ``folder``, every name, shape and value checked against ``model``, in its dtype."""
-    r, alpha, dropout = read_config(os.path.join(folder, ADAPTER_CONFIG))
-    path = os.path.join(folder, ADAPTER_WEIGHTS)
-    tensors = read_tensors(path)
+    config_path = os.path.join(folder, ADAPTER_CONFIG)
+    r, alpha, dropout, targets = read_config(config_path)
     linears = {p: m for p, m in model.named_modules() if type(m) is Linear}
     ours = {peft_path(p): p for p in linears if peft_path(p)}  # transformers' -> ours
+    check_target_modules(config_path, targets, ours, model)
+    path = os.path.join(folder, ADAPTER_WEIGHTS)
+    tensors = read_tensors(path)
     pairs = {}
     for key, value in tensors.items():
         m = re.fullmatch(re.escape(PREFIX) + r"(.+)\.lora_([AB])\.weight", key)

@@ -22,6 +22,8 @@ fast as without it.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 
 import numpy as np
@@ -30,11 +32,13 @@ from .._checks.files import (
     non_empty_text,
     non_negative_float,
     non_negative_int,
+    path_text,
     positive_int,
     probability,
 )
 from .._checks.finetune import check_adapter_folder
 from ..decoding import stream
+from . import smollm2_shape
 
 __all__ = ["ConversationTooLong", "answer", "main"]
 
@@ -168,6 +172,7 @@ def make_parser():
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     parser.add_argument(
         "--adapter",
+        type=path_text,
         help="a folder with a LoRA adapter (adapter_model.safetensors and "
         "adapter_config.json), merged into the weights",
     )
@@ -198,8 +203,41 @@ def check_options(parser, args):
         )
     if args.top_k is not None and args.top_k > VOCAB_SIZE:
         parser.error(f"--top-k must be at most the {VOCAB_SIZE} tokens known, got {args.top_k}")
-    if args.adapter is not None and (problem := check_adapter_folder(args.adapter)):
+    if args.adapter is not None and (problem := adapter_problem(args.adapter, args.dtype)):
         parser.error(problem)
+
+
+def adapter_problem(folder, dtype):
+    """The problem with ``--adapter``, or None, before the model is loaded (in milliseconds).
+
+    The folder's two files are read and checked as :func:`~transformer_np.lora_files.load_lora`
+    checks them (the configuration, the target maps, the rank, every tensor's name, shape and
+    values), against SmolLM2's shapes without its weights (:func:`smollm2_shape`).
+    """
+    from ..lora_files import read_peft_adapter
+
+    if problem := check_adapter_folder(folder):
+        return problem
+    try:
+        read_peft_adapter(folder, smollm2_shape(dtype))
+    except ValueError as exc:
+        return (
+            f"--adapter {folder!r} is not a LoRA adapter that fits SmolLM2-135M-Instruct"
+            f"{made_for(folder)}: {exc}"
+        )
+    return None
+
+
+def made_for(folder):
+    """`` (made for 'name')`` if the adapter's configuration names another base model, else ''."""
+    try:
+        with open(os.path.join(folder, "adapter_config.json"), encoding="utf-8") as file:
+            base = json.load(file).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):  # not JSON, or not an object
+        return ""
+    if isinstance(base, str) and "smollm2-135m" not in base.lower():
+        return f" (made for {base!r})"
+    return ""
 
 
 def first_messages(args):
