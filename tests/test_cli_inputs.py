@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -32,6 +33,14 @@ LONG_WORK = {
 }
 QUICK = {"reverse": ["--quick"], "charlm": ["--quick"], "finetune": ["--quick"],
          "chat": ["--prompt", "hi"]}  # fmt: skip
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """The folder where a rescued run goes (tempfile's, here inside the test's own folder)."""
+    (tmp_path / "scratch").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "scratch"))
+    return tmp_path / "scratch"
 
 
 @pytest.fixture
@@ -283,7 +292,7 @@ def test_the_shape_the_options_are_checked_against_is_the_model_file_s():
 
 
 def test_a_finetuning_run_whose_folder_fails_at_the_end_is_saved_elsewhere(
-    tmp_path, monkeypatch, capsys
+    tmp_path, scratch, monkeypatch, capsys
 ):
     from transformer_np.examples import finetune as ft
     from transformer_np.lora import lora_params
@@ -309,6 +318,7 @@ def test_a_finetuning_run_whose_folder_fails_at_the_end_is_saved_elsewhere(
     rescue = out.strip().splitlines()[-1].removeprefix("saved to ")
     assert f"error: --save {str(folder)!r} could not be written (NotADirectoryError" in err
     assert f"the run was saved to {rescue!r} instead" in err
+    assert os.path.dirname(os.path.dirname(rescue)) == str(scratch)  # a fresh folder in it
     assert sorted(os.listdir(rescue)) == [
         "adapter_config.json", "adapter_model.safetensors", "training_log.json"]  # fmt: skip
     again = load_lora(rescue, LlamaModel(cfg, rng=0))
@@ -317,7 +327,7 @@ def test_a_finetuning_run_whose_folder_fails_at_the_end_is_saved_elsewhere(
 
 
 def test_a_training_demo_whose_file_fails_at_the_end_is_saved_elsewhere(
-    tmp_path, monkeypatch, capsys
+    tmp_path, scratch, monkeypatch, capsys
 ):
     from transformer_np.checkpoints import load_model
     from transformer_np.examples import reverse
@@ -335,9 +345,10 @@ def test_a_training_demo_whose_file_fails_at_the_end_is_saved_elsewhere(
     assert reverse.main(argv) == 1
     out, err = capsys.readouterr()
     rescue = out.strip().splitlines()[-1].removeprefix("saved to ")
-    assert rescue != target and os.path.basename(rescue) == "m.npz"
+    assert os.path.dirname(os.path.dirname(rescue)) == str(scratch)  # a fresh folder in it
+    assert os.path.basename(rescue) == "m.npz"
     assert f"error: --save {target!r} could not be written (OSError: [Errno 28] No space" in err
     assert f"the run was saved to {rescue!r} instead" in err
     model, extra = load_model(rescue, return_extra=True)
     assert model.num_parameters() > 0 and extra["loss"].shape == (1,)
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(tmp_path) == ["scratch"]  # nothing at the --save that failed
