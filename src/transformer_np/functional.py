@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from jaxtyping import Float
 
 from ._checks.boundary import checked, to_compute
 from ._checks.functions import (
@@ -41,7 +42,7 @@ __all__ = [
 
 @checked(check_softmax)
 # --8<-- [start:softmax]
-def softmax(x, axis=-1):
+def softmax(x: Float[np.ndarray, "..."], axis=-1):
     """Numerically stable softmax along ``axis``. Page: attention.md.
 
     Parameters
@@ -80,7 +81,7 @@ def softmax(x, axis=-1):
 
 @checked(check_log_softmax)
 # --8<-- [start:log_softmax]
-def log_softmax(x, axis=-1):
+def log_softmax(x: Float[np.ndarray, "..."], axis=-1):
     """Numerically stable ``log(softmax(x))``. Page: backprop.md.
 
     Parameters
@@ -121,7 +122,7 @@ def log_softmax(x, axis=-1):
 
 @checked(check_relu)
 # --8<-- [start:relu]
-def relu(x):
+def relu(x: Float[np.ndarray, "..."]):
     """Rectified linear unit, ``max(x, 0)`` element-wise. Page: feed-forward.md.
 
     Parameters
@@ -146,7 +147,7 @@ def relu(x):
 
 @checked(check_erf)
 # --8<-- [start:erf]
-def erf(x):
+def erf(x: Float[np.ndarray, "..."]):
     r"""The error function, element-wise, in NumPy alone. Page: feed-forward.md.
 
     Parameters
@@ -174,7 +175,7 @@ _GELU_TANH_C = math.sqrt(2.0 / math.pi)
 
 @checked(check_gelu)
 # --8<-- [start:gelu]
-def gelu(x, approximate=False, *, with_slope=False):
+def gelu(x: Float[np.ndarray, "..."], approximate=False, *, with_slope=False):
     r"""Gaussian error linear unit, ``x * Phi(x)``, element-wise. Page: feed-forward.md.
 
     Parameters
@@ -249,7 +250,14 @@ def gelu(x, approximate=False, *, with_slope=False):
 
 @checked(check_layer_norm)
 # --8<-- [start:layer_norm]
-def layer_norm(x, gamma, beta, eps=1e-5, *, with_stats=False):
+def layer_norm(
+    x: Float[np.ndarray, "*B D"],
+    gamma: Float[np.ndarray, " D"],
+    beta: Float[np.ndarray, " D"],
+    eps=1e-5,
+    *,
+    with_stats=False,
+):
     r"""Layer normalisation over the last axis, then a learned affine map. Page: layer-norm.md.
 
     Parameters

@@ -260,10 +260,9 @@ def real_scalar(value):
 def check_softmax_input(x, axis, what: str) -> tuple[np.ndarray, int]:
     """``(x, axis)`` checked for ``what`` (a softmax or a log-softmax) along ``axis``.
 
-    ``x`` must be a float array with at least one value along ``axis``, without NaN or +inf
-    (-inf is a masked entry: its weight is 0).
+    ``x``, a float array (its annotation checked the dtype), must have at least one value along
+    ``axis``, without NaN or +inf (-inf is a masked entry: its weight is 0).
     """
-    x = as_float_array(x, "x")
     if x.ndim == 0:
         raise ValueError("x must have at least one axis, got a 0-d array")
     axis = check_axis(axis, x.ndim)
