@@ -152,7 +152,11 @@ def test_minus_inf_masks_a_class():
     [
         (np.array([0, 5]), r"targets must be class ids in \[0, 5\)"),
         (np.array([-1, 1]), r"targets must be class ids"),
-        (np.array([0, 1, 2]), r"logits must have shape targets.shape \+ \(V,\)"),
+        (
+            np.array([0, 1, 2]),
+            r"targets must be an integer array of shape \(\*B,\) that fits logits \(2, 5\) .*"
+            r"got int64 of shape \(3,\)$",
+        ),
     ],
 )
 def test_bad_targets_raise_clear_errors(targets, match):
@@ -160,10 +164,29 @@ def test_bad_targets_raise_clear_errors(targets, match):
         cross_entropy(np.zeros((2, 5)), targets)
 
 
+def test_the_layer_call_checks_the_arrays_as_cross_entropy():
+    # the class's call runs cross_entropy, whose signature declares the two arrays
+    with pytest.raises(
+        ValueError,
+        match=r"^cross_entropy: targets must be an integer array of shape \(\*B,\) that fits "
+        r"logits \(2, 5\) .*got int64 of shape \(3,\)$",
+    ):
+        CrossEntropyLoss()(np.zeros((2, 5)), np.array([0, 1, 2]))
+    loss = CrossEntropyLoss()
+    assert loss([[0.0, 1.0]], [1]) == cross_entropy(np.array([[0.0, 1.0]]), np.array([1]))[0]
+
+
+def test_an_empty_list_of_targets_is_an_empty_array_of_ids():
+    loss, grad = cross_entropy(np.zeros((0, 5)), [])  # as np.zeros(0, int): nothing to average
+    assert loss == 0.0 and grad.shape == (0, 5)
+
+
 def test_bad_types_and_smoothing_raise():
     with pytest.raises(TypeError, match="targets must be an integer array"):
         cross_entropy(np.zeros((2, 5)), np.array([0.0, 1.0]))
-    with pytest.raises(TypeError, match="logits must be a floating-point"):
+    with pytest.raises(
+        TypeError, match=r"logits must be a float array of shape \(\*B, V\) .*got int64 of shape"
+    ):
         cross_entropy(np.zeros((2, 5), dtype=int), np.array([0, 1]))
     with pytest.raises(ValueError, match="label_smoothing"):
         cross_entropy(np.zeros((2, 5)), np.array([0, 1]), label_smoothing=1.0)

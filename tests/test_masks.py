@@ -56,7 +56,11 @@ def test_padding_mask_default_length_is_the_longest_sequence():
 def test_masks_reject_booleans_and_a_zero_max_len():
     with pytest.raises(TypeError, match=r"n must be a positive integer, got True \(bool\)"):
         causal_mask(True)
-    with pytest.raises(TypeError, match="lengths must be an array of integers, got dtype bool"):
+    with pytest.raises(
+        TypeError,
+        match=r"^padding_mask: lengths must be an integer array of shape \(B,\), "
+        r"got bool of shape \(2,\)$",
+    ):
         padding_mask([True, False])
     with pytest.raises(ValueError, match="max_len must be a positive integer, got 0"):
         padding_mask([2], max_len=0)
@@ -71,9 +75,11 @@ def test_mask_builder_errors():
         padding_mask([2, 4], max_len=3)
     with pytest.raises(ValueError, match="lengths must be >= 0"):
         padding_mask([2, -1])
-    with pytest.raises(TypeError, match="lengths must be an array of integers"):
+    with pytest.raises(TypeError, match=r"lengths must be an integer array .*got float64 of shape"):
         padding_mask([2.0, 1.0])
-    with pytest.raises(ValueError, match="lengths must be a non-empty 1-D array"):
+    with pytest.raises(
+        ValueError, match=r"lengths must be an integer array of shape \(B,\), .*\(1, 2\)$"
+    ):
         padding_mask([[2, 1]])
     with pytest.raises(ValueError, match="pass max_len"):
         padding_mask([0, 0])

@@ -6,6 +6,7 @@ Pages: backprop.md (the loss and its gradient), training.md (the loss of a train
 from __future__ import annotations
 
 import numpy as np
+from jaxtyping import Float, Integer
 
 from ._checks.boundary import checked
 from ._checks.losses import (
@@ -21,7 +22,13 @@ __all__ = ["cross_entropy", "CrossEntropyLoss"]
 
 @checked(check_cross_entropy)
 # --8<-- [start:cross_entropy]
-def cross_entropy(logits, targets, *, ignore_index=None, label_smoothing=0.0):
+def cross_entropy(
+    logits: Float[np.ndarray, "*B V"],
+    targets: Integer[np.ndarray, "*B"],
+    *,
+    ignore_index=None,
+    label_smoothing=0.0,
+):
     """Mean softmax cross-entropy and its gradient with respect to the logits.
 
     Parameters
@@ -115,7 +122,7 @@ class CrossEntropyLoss:
         self.label_smoothing = float(label_smoothing)
         self.grad = None
 
-    def forward(self, logits, targets):
+    def forward(self, logits: Float[np.ndarray, "*B V"], targets: Integer[np.ndarray, "*B"]):
         """Loss (float) of ``logits`` (..., V) against ``targets`` (...); keeps the gradient."""
         loss, self.grad = cross_entropy(
             logits,

@@ -6,6 +6,7 @@ A mask is boolean, True = may attend and False = blocked, and broadcasts against
 from __future__ import annotations
 
 import numpy as np
+from jaxtyping import Integer
 
 from ._checks.boundary import checked
 from ._checks.functions import check_causal_mask, check_padding_mask
@@ -40,7 +41,7 @@ def causal_mask(n, offset=0):
 
 @checked(check_padding_mask)
 # --8<-- [start:padding_mask]
-def padding_mask(lengths, max_len=None):
+def padding_mask(lengths: Integer[np.ndarray, " B"], max_len=None):
     r"""Boolean key-padding mask from the true lengths of the sequences of a batch.
 
     Parameters

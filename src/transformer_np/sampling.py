@@ -7,6 +7,7 @@ Shape glossary: B batch (one row per sequence), V vocabulary.
 from __future__ import annotations
 
 import numpy as np
+from jaxtyping import Float
 
 from ._checks.boundary import checked, run_or_blame
 from ._checks.generation import check_sample_next
@@ -16,7 +17,9 @@ __all__ = ["sample_next"]
 
 @checked(check_sample_next)
 # --8<-- [start:sample_next]
-def sample_next(logits, *, temperature=1.0, top_k=None, top_p=None, rng=None):
+def sample_next(
+    logits: Float[np.ndarray, "B V"], *, temperature=1.0, top_k=None, top_p=None, rng=None
+):
     """Choose one token per row of ``logits``: (B, V) -> (B,). Page: decoding.md.
 
     Parameters

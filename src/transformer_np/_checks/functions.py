@@ -128,16 +128,13 @@ def check_causal_mask(n, offset):
 
 
 def check_padding_mask(lengths, max_len):
-    expected = "a non-empty 1-D array (one length per sequence)"
-    try:
-        shape = np.shape(lengths)
-    except ValueError:  # a ragged list: as_typed_array says so below
-        shape = None
-    if shape is not None and 0 in shape:  # before the dtype: np.asarray([]) is float64
-        raise ValueError(f"lengths must be {expected}, got shape {shape_str(shape)}")
-    lengths = as_typed_array(lengths, "lengths", "iu", "an array of integers")
-    if lengths.ndim != 1:
-        raise ValueError(f"lengths must be {expected}, got shape {shape_str(lengths.shape)}")
+    """lengths (B,) of integers, whose dtype and shape its annotation checked (an empty list
+    comes as an empty integer array)."""
+    if lengths.size == 0:
+        raise ValueError(
+            "lengths must be a non-empty 1-D array (one length per sequence), "
+            f"got shape {shape_str(lengths.shape)}"
+        )
     if (lengths < 0).any():
         raise ValueError(f"lengths must be >= 0, got {lengths.tolist()}")
     if max_len is None:

@@ -14,10 +14,8 @@ import os
 import numpy as np
 
 from .general import (
-    as_float_array,
     check_bool,
     check_finite,
-    check_ndim,
     check_positive_int,
     check_rng,
     is_a,
@@ -394,9 +392,8 @@ def check_sampling(temperature, top_k, top_p, vocab_size) -> dict:
 
 
 def check_logits(logits) -> np.ndarray:
-    """``logits`` as a float (B, V) array with V >= 1, no NaN or +inf, no row all -inf."""
-    logits = as_float_array(logits, "logits")
-    check_ndim(logits, "logits", (2,), "a 2-D array of shape (B, V)")
+    """``logits``, a float (B, V) array (its annotation checked the dtype and shape): V >= 1, no
+    NaN or +inf, no row all -inf."""
     if logits.shape[1] == 0:
         raise ValueError(
             f"logits has an empty vocabulary axis: shape {shape_str(logits.shape)}; "

@@ -45,19 +45,10 @@ def check_cross_entropy_loss_init(ignore_index, label_smoothing) -> None:
 
 
 def check_cross_entropy(logits, targets, ignore_index, label_smoothing) -> dict:
+    """logits (*B, V) float and targets (*B) integer: their annotations checked the dtypes and
+    shapes; here the values."""
     ignore_index = check_ignore_index(ignore_index)
     label_smoothing = check_label_smoothing(label_smoothing)
-    logits = np.asarray(logits)
-    targets = np.asarray(targets)
-    if not np.issubdtype(logits.dtype, np.floating):
-        raise TypeError(f"logits must be a floating-point array, got dtype {logits.dtype}")
-    if not np.issubdtype(targets.dtype, np.integer):
-        raise TypeError(f"targets must be an integer array of class ids, got dtype {targets.dtype}")
-    if logits.ndim < 1 or logits.shape[:-1] != targets.shape:
-        raise ValueError(
-            "logits must have shape targets.shape + (V,), "
-            f"got logits {logits.shape} and targets {targets.shape}"
-        )
     V = logits.shape[-1]
     if V == 0:
         raise ValueError(
