@@ -160,14 +160,19 @@ def test_odd_head_size_is_refused():
         rope_frequencies(7)
 
 
-@pytest.mark.parametrize("positions", [[-1, 0], [[0, 1]]])
-def test_bad_positions_are_refused(positions):
+def test_bad_positions_are_refused():
     with pytest.raises(ValueError, match="positions must be a 1-D array of integers >= 0"):
-        rope_angles(positions, 8)
+        rope_angles([-1, 0], 8)
+    with pytest.raises(
+        ValueError,
+        match=r"^rope_angles: positions must be an integer array of shape \(T,\), "
+        r"got int64 of shape \(1, 2\)$",
+    ):
+        rope_angles([[0, 1]], 8)
 
 
 def test_float_positions_are_refused():
-    with pytest.raises(TypeError, match="positions"):
+    with pytest.raises(TypeError, match=r"positions must be an integer array .*got float64"):
         rope_angles([0.5, 1.0], 8)
 
 
@@ -181,8 +186,12 @@ def test_angles_are_refused_in_a_dtype_that_is_not_float32_or_float64(dtype):
 @pytest.mark.parametrize(
     ("x", "error", "match"),
     [
-        (np.arange(4), TypeError, "x must be a floating-point array"),
-        (np.array(1.0), ValueError, r"x must have shape \(\.\.\., Dh\), got shape \(\)"),
+        (np.arange(4), TypeError, r"x must be a float array .*got int64 of shape \(4,\)$"),
+        (
+            np.array(1.0),
+            ValueError,
+            r"x must be a float array of shape \(\*B, Dh\) .*got float64 of shape \(\)$",
+        ),
         (np.ones((2, 5)), ValueError, r"x must have an even, non-zero last axis Dh .*\(2, 5\)"),
     ],
     ids=["int", "0-d", "odd"],
@@ -199,7 +208,9 @@ def test_apply_rope_needs_cos_and_sin_of_the_positions_and_head_size_of_x(rng):
         apply_rope(x, cos[:4], sin[:4])  # 4 positions for 5
     with pytest.raises(ValueError, match=r"cos and sin must have the same shape .*\(5, 4\)"):
         apply_rope(x, cos, sin[:, :4])
-    with pytest.raises(ValueError, match=r"x must have shape \(\.\.\., T, Dh\), got shape \(8,\)"):
+    with pytest.raises(
+        ValueError, match=r"x must be a float array of shape \(\*B, T, Dh\) .*of shape \(8,\)$"
+    ):
         apply_rope(x[0, 0], cos, sin)
     with pytest.raises(ValueError, match=r"x must have an even, non-zero last axis Dh"):
         apply_rope(x[..., :7], cos[:, :7], sin[:, :7])
@@ -212,6 +223,24 @@ def test_apply_rope_backward_names_its_gradient(rng):
         apply_rope_backward(g, cos[:4], sin[:4])
     with pytest.raises(ValueError, match=r"grad_output contains NaN"):
         apply_rope_backward(np.full((5, 8), np.nan), cos, sin)
+
+
+def test_apply_rope_declares_float_tables_of_any_shape_that_broadcasts(rng):
+    x = rng.standard_normal((2, 5, 8))
+    cos, sin = rope_angles(np.arange(5), 8)
+    with pytest.raises(
+        TypeError,
+        match=r"^apply_rope: cos must be a float array of shape \(\.\.\.\) that fits "
+        r"x \(2, 5, 8\), got int64 of shape \(5, 8\)$",
+    ):
+        apply_rope(x, cos.astype(np.int64), sin)
+    # a table that broadcasts to x, as before: one angle for every position, or a list
+    np.testing.assert_array_equal(
+        apply_rope(x, cos[:1], sin[:1]), x * cos[0] + rotate_half(x) * sin[0]
+    )
+    np.testing.assert_array_equal(
+        apply_rope(x.tolist(), cos.tolist(), sin), apply_rope(x, cos, sin)
+    )
 
 
 # ============================================================================================

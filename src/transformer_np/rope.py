@@ -9,6 +9,7 @@ Shape glossary: B batch, H heads, T positions, Dh head size (even).
 from __future__ import annotations
 
 import numpy as np
+from jaxtyping import Float, Integer
 
 from ._checks.boundary import checked
 from ._checks.functions import (
@@ -34,7 +35,7 @@ def rope_frequencies(d_head, base=10000.0):
 
 @checked(check_rope_angles)
 # --8<-- [start:rope_angles]
-def rope_angles(positions, d_head, base=10000.0, *, dtype=np.float64):
+def rope_angles(positions: Integer[np.ndarray, " T"], d_head, base=10000.0, *, dtype=np.float64):
     """cos and sin of the rotation at each position: two (T, Dh) arrays.
 
     Angle of pair i at position m: m * omega_i, written twice (features i and i + Dh/2 turn
@@ -51,7 +52,7 @@ def rope_angles(positions, d_head, base=10000.0, *, dtype=np.float64):
 
 @checked(check_rotate_half)
 # --8<-- [start:rotate_half]
-def rotate_half(x):
+def rotate_half(x: Float[np.ndarray, "*B Dh"]):
     """(x1, x2) -> (-x2, x1) on the two halves of the last axis: a quarter turn of each pair."""
     half = x.shape[-1] // 2
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
@@ -62,7 +63,9 @@ def rotate_half(x):
 
 @checked(check_apply_rope)
 # --8<-- [start:apply_rope]
-def apply_rope(x, cos, sin):
+def apply_rope(
+    x: Float[np.ndarray, "*B T Dh"], cos: Float[np.ndarray, "..."], sin: Float[np.ndarray, "..."]
+):
     """Rotate every pair of features of x (..., T, Dh) by its position's angle.
 
     Pair (a, b) = (x_i, x_{i+Dh/2}) becomes (a cos - b sin, b cos + a sin), a rotation by the
@@ -76,7 +79,11 @@ def apply_rope(x, cos, sin):
 
 @checked(check_apply_rope_backward)
 # --8<-- [start:apply_rope_backward]
-def apply_rope_backward(grad_output, cos, sin):
+def apply_rope_backward(
+    grad_output: Float[np.ndarray, "*B T Dh"],
+    cos: Float[np.ndarray, "..."],
+    sin: Float[np.ndarray, "..."],
+):
     """dL/dx of :func:`apply_rope` from dL/dy (..., T, Dh): the rotation back, by minus the
     same angle (cos unchanged, sin negated). Page: finetuning.md."""
     return grad_output * cos - rotate_half(grad_output) * sin  # (..., T, Dh)

@@ -15,7 +15,6 @@ import numpy as np
 
 from .general import (
     as_float_array,
-    as_typed_array,
     check_bool,
     check_broadcastable,
     check_dtype,
@@ -316,10 +315,13 @@ def check_rope_frequencies(d_head, base):
 
 
 def check_rope_angles(positions, d_head, base, dtype):
-    pos = as_typed_array(positions, "positions", "iu", "an array of integer positions")
-    if pos.ndim != 1 or (pos.size and pos.min() < 0):
-        raise ValueError(f"positions must be a 1-D array of integers >= 0, got {pos!r}")
-    return check_rope_frequencies(d_head, base) | {"positions": pos, "dtype": check_dtype(dtype)}
+    """positions (T,) of integers (its annotation checked the dtype and shape): >= 0."""
+    if positions.size and positions.min() < 0:
+        raise ValueError(f"positions must be a 1-D array of integers >= 0, got {positions!r}")
+    return check_rope_frequencies(d_head, base) | {
+        "positions": positions,
+        "dtype": check_dtype(dtype),
+    }
 
 
 def in_pairs(x, name: str) -> np.ndarray:
@@ -333,14 +335,16 @@ def in_pairs(x, name: str) -> np.ndarray:
 
 
 def check_rotate_half(x):
-    return {"x": in_pairs(floats_of_rank(x, "x", "(..., Dh)", 1), "x")}
+    return {"x": in_pairs(x, "x")}  # its dtype and rank: the annotation
 
 
 def rotated(x, cos, sin, name: str) -> dict:
-    """``x`` (..., T, Dh), named ``name``, and the tables ``cos``, ``sin`` that rotate it."""
-    x = in_pairs(finite_floats(x, name, "(..., T, Dh)", 2), name)
-    cos = finite_floats(cos, "cos")
-    sin = finite_floats(sin, "sin")
+    """``x`` (..., T, Dh), named ``name``, and the tables ``cos``, ``sin`` that rotate it, float
+    arrays (their annotations checked the dtypes and the rank of x): Dh even, the values finite,
+    cos and sin of one shape that broadcasts to x."""
+    x = in_pairs(x, name)
+    for n, t in ((name, x), ("cos", cos), ("sin", sin)):
+        check_finite(t, n)
     if cos.shape != sin.shape:
         raise ValueError(
             f"cos and sin must have the same shape (T, Dh) (from rope_angles), got cos "
