@@ -8,6 +8,8 @@ for_each_group cover every row once).
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -131,3 +133,88 @@ def test_blas_threads_are_restored_after_the_fast_path():
                 pass
             assert set(blas_threads()) == {1}
         assert blas_threads() == before
+
+
+# ============================================================================================
+# cores shared with other processes
+# ============================================================================================
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """A machine whose CPU times the test sets: ``machine.look(others, own)`` advances the
+    clock by one second in which the other processes used ``others`` seconds of CPU and this
+    one ``own``, then calls share_cores; BLAS starts on two threads and is restored after."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from transformer_np._kernels import threads
+
+    if not [lib for lib in threadpool_info() if lib["user_api"] == "blas"]:
+        pytest.skip("no BLAS known to threadpoolctl")
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2:
+        pytest.skip("one core: nothing to share")
+    state = {"busy": 0.0, "own": 0.0}
+    monkeypatch.setattr(threads, "cpu_times", lambda cpus: state["busy"])
+    monkeypatch.setattr(threads, "own_cpu_time", lambda: state["own"])
+    monkeypatch.setattr(threads, "_look", {"last": None, "free": None, "lowered": {}})
+
+    class Machine:
+        @staticmethod
+        def look(others, own=0.0):
+            last = threads._look["last"]
+            if last is not None:  # one second ago
+                threads._look["last"] = (last[0] - 1.0, *last[1:])
+            state["busy"] += others + own
+            state["own"] += own
+            threads.share_cores()
+            return threads.free_cores()
+
+        @staticmethod
+        def blas():
+            return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        yield Machine
+
+
+def test_blas_gets_the_cores_other_processes_leave_free_and_then_its_threads_back(machine):
+    assert machine.look(0.0) is None and machine.blas() == {2}  # the first look: a baseline
+    assert machine.look(0.2, own=1.8) == 2 and machine.blas() == {2}  # others: 0.2 of a core
+    assert machine.look(1.0, own=1.0) == 1 and machine.blas() == {1}  # one core taken
+    assert machine.look(1.9, own=0.1) == 1 and machine.blas() == {1}  # never below one
+    assert machine.look(0.0, own=2.0) == 2 and machine.blas() == {2}  # free again: back to 2
+
+
+def test_a_look_within_half_a_second_of_the_last_reads_nothing(machine):
+    from transformer_np._kernels import threads
+
+    machine.look(0.0)
+    machine.look(1.0, own=1.0)
+    assert machine.blas() == {1}
+    last = threads._look["last"]
+    threads.share_cores()  # no time has passed since
+    assert threads._look["last"] is last
+
+
+def test_threads_set_by_someone_else_meanwhile_are_left_alone(machine):
+    from threadpoolctl import threadpool_limits
+
+    machine.look(0.0)
+    machine.look(1.0, own=1.0)
+    assert machine.blas() == {1}
+    threadpool_limits(limits=2, user_api="blas")  # the user's own choice, after ours
+    machine.look(1.0, own=1.0)
+    assert machine.blas() == {1}  # lowered again, the user's 2 is now the number to go back to
+    machine.look(0.0, own=2.0)
+    assert machine.blas() == {2}
+    threadpool_limits(limits=1, user_api="blas")  # the user asks for one thread
+    machine.look(0.0, own=2.0)
+    assert machine.blas() == {1}  # never raised above the user's number
+
+
+def test_one_blas_thread_asked_by_the_package_is_not_changed(machine):
+    machine.look(0.0)
+    with blas_single_threaded():
+        machine.look(0.0, own=2.0)
+        assert machine.blas() == {1}

@@ -17,6 +17,7 @@ import numpy as np
 
 from ._checks.boundary import call_layer, construct, entry_backward
 from ._checks.general import NotFiniteError, shape_str
+from ._kernels.threads import share_cores
 
 __all__ = ["Module", "NotFiniteError"]
 
@@ -145,8 +146,10 @@ class Module(metaclass=LayerType):
         """``forward(*args, **kwargs)``, after the layer's ``check_call`` (the package's boundary).
 
         Inside the package a layer calls its sub-layers' ``forward`` directly: what the
-        outermost call checked is not checked again.
+        outermost call checked is not checked again. BLAS gets the cores that other processes
+        leave free (:func:`~transformer_np._kernels.threads.share_cores`).
         """
+        share_cores()
         return call_layer(self, *args, **kwargs)
 
     def forward(self, *args, **kwargs):

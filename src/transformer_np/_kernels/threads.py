@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -36,6 +38,7 @@ __all__ = [
     "parallel_for",
     "row_chunks",
     "row_groups",
+    "share_cores",
     "split_range",
 ]
 
@@ -192,6 +195,7 @@ def for_each_group(fn: Callable, rows: Sequence) -> None:
     (GELU, softmax, layer norm), which NumPy runs on one core, also run side by side. With one
     group, ``fn(rows)`` runs alone, with BLAS on every core.
     """
+    share_cores()
     groups = row_groups(rows, num_threads())
     if len(groups) == 1:
         fn(groups[0])
@@ -289,3 +293,109 @@ def blas_single_threaded() -> Iterator[None]:
             if _blas_users == 0:
                 _blas_limit.restore_original_limits()
                 _blas_limit = None
+
+
+# --------------------------------------------------------------------------------------------
+# cores shared with other processes
+# --------------------------------------------------------------------------------------------
+#
+# OpenBLAS splits a product over its threads, and the part that ends first waits for the others
+# by spinning. When other processes keep the cores busy, the scheduler sets one of our threads
+# aside for a time slice, and the rest of ours spin on the cores that are left: measured with
+# benchmarks/bench_shared_cores.py, a fine-tuning step ran 36 times slower beside two busy
+# processes on 2 cores (3.3 times with BLAS on one thread). So where long work goes on (a user's
+# call of a layer or a model, each training step, each decoding step) the package looks at the
+# machine's load, at most every LOOK_EVERY seconds, and gives BLAS only the cores that the
+# other processes leave free; once they are free again, BLAS gets its threads back.
+
+LOOK_EVERY = 0.5  # seconds between two looks at /proc/stat
+TAKEN = 0.5  # a core that other processes used for half the time or more counts as taken
+
+_look_lock = threading.Lock()
+_look = {"last": None, "free": None, "lowered": {}}  # lowered: library -> (ours, its own)
+
+
+def cpu_times(cpus: frozenset[int]) -> float | None:
+    """Seconds the CPUs ``cpus`` have been busy since boot (from ``/proc/stat``), or None where
+    the system does not say."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    busy = 0
+    for line in lines:
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+            user, nice, system, _, _, irq, softirq, steal = (int(x) for x in fields[:8])
+            busy += user + nice + system + irq + softirq + steal
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_time() -> float:
+    """Seconds of CPU this process has used, all its threads together."""
+    times = os.times()
+    return times.user + times.system
+
+
+def free_cores() -> int | None:
+    """The cores the other processes left free at the last look of :func:`share_cores` (None
+    before the second look)."""
+    return _look["free"]
+
+
+def share_cores() -> None:
+    """Give BLAS at most the cores that other processes have left free since the last look.
+
+    The others' use is the busy time of this process's CPUs less this process's own CPU time,
+    over the wall time between two looks; a core counts as taken when they used it for
+    :data:`TAKEN` of that time or more. BLAS's threads are lowered to the free cores (at least
+    one), and raised back to their own number once the cores are free again, unless someone
+    else changed them meanwhile. At most one look every :data:`LOOK_EVERY` seconds: a call in
+    between costs a clock reading.
+    """
+    now = time.monotonic()
+    last = _look["last"]
+    if last is not None and now - last[0] < LOOK_EVERY:
+        return
+    if not _look_lock.acquire(blocking=False):  # another thread is looking
+        return
+    try:
+        cpus = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        busy = None if cpus is None else cpu_times(cpus)
+        if busy is None:  # not Linux: never look again
+            _look["last"] = (math.inf, 0.0, 0.0)
+            return
+        own = own_cpu_time()
+        _look["last"] = (now, busy, own)
+        if last is None:
+            return
+        wall, others = now - last[0], (busy - last[1]) - (own - last[2])
+        taken = int(max(others, 0.0) / wall + (1 - TAKEN))
+        _look["free"] = free = max(1, len(cpus) - taken)
+        fit_blas(free)
+    finally:
+        _look_lock.release()
+
+
+def fit_blas(free: int) -> None:
+    """BLAS on at most ``free`` threads, or back on its own number of them."""
+    global _controller
+    if _blas_users:  # blas_single_threaded is in force: one thread already
+        return
+    if _controller is None:
+        _controller = ThreadpoolController()
+    lowered = _look["lowered"]
+    for lib in _controller.select(user_api="blas").lib_controllers:
+        now = lib.num_threads
+        ours, own = lowered.get(lib.filepath, (None, now))
+        if ours is not None and now != ours:  # changed by someone else: theirs now
+            lowered.pop(lib.filepath)
+            ours, own = None, now
+        want = min(free, own)
+        if want != now:
+            lib.set_num_threads(want)
+        if want < own:
+            lowered[lib.filepath] = (want, own)
+        else:
+            lowered.pop(lib.filepath, None)

@@ -156,7 +156,7 @@ def heldout_loss(model, examples, pad_id, *, batch_size=8, bar=None):
         for batch in batches_of(ordered, batch_size):
             ids, targets = make_batch(batch, pad_id)
             n = int((targets != IGNORE).sum())
-            total += loss_fn.forward(model.forward(ids), targets) * n
+            total += loss_fn.forward(model(ids), targets) * n
             count += n
             if bar is not None:
                 bar.update(len(batch))
@@ -192,7 +192,7 @@ def accumulated_gradients(model, batches, params):
     loss = 0.0
     for ids, targets in batches:
         share = int((targets != IGNORE).sum()) / n_total
-        loss += share * loss_fn.forward(model.forward(ids), targets)
+        loss += share * loss_fn.forward(model(ids), targets)
         model.backward(loss_fn.backward(share))  # d(share * loss) / d logits
         for name in grads:
             grads[name] += model.grads[name]
