@@ -16,8 +16,6 @@ from .functional import log_softmax
 
 __all__ = ["perplexity", "bits_per_byte", "windows"]
 
-MAX_EXPONENT = math.log(np.finfo(np.float64).max)  # 709.78: exp of more overflows float64
-
 
 @checked(check_perplexity)
 # --8<-- [start:perplexity]
@@ -46,8 +44,10 @@ def perplexity(model, ids, *, window=None, stride=None):
         the largest float (a mean above 709.78 nats: :func:`bits_per_byte` stays finite).
     """
     nll, n_scored = negative_log_likelihood(model, ids, window, stride)
-    mean = nll / n_scored
-    return math.exp(mean) if mean <= MAX_EXPONENT else math.inf
+    try:
+        return math.exp(nll / n_scored)
+    except OverflowError:  # beyond the largest float
+        return math.inf
 
 
 # --8<-- [end:perplexity]

@@ -11,6 +11,7 @@ from jaxtyping import Float
 
 from ._checks.boundary import checked, run_or_blame
 from ._checks.generation import check_sample_next
+from ._kernels.threads import share_cores
 
 __all__ = ["sample_next"]
 
@@ -93,5 +94,7 @@ def weights(logits, temperature, top_k, top_p):
 
 def next_logits(model, step, *args, **kwargs):
     """The logits (B, V) of the next token: the last position of ``step(*args, **kwargs)``, a
-    forward pass of ``model`` (its bad parameter named if they are not finite)."""
+    forward pass of ``model`` (its bad parameter named if they are not finite), with BLAS on
+    the cores that other processes leave free."""
+    share_cores()
     return run_or_blame(model, step, *args, **kwargs)[:, -1]
