@@ -12,6 +12,9 @@ Workloads (``--workload``):
 
 - ``finetune``: one LoRA fine-tuning step of a model of SmolLM2-135M's sizes (random weights,
   r = 8 on the queries and values, one sequence of 128 tokens: ``bench_finetune_step.py``'s);
+- ``tutor``: one step of the fine-tuning demo with its defaults (``python -m
+  transformer_np.examples.finetune``): SmolLM2-135M-Instruct itself, r = 8 on its seven maps,
+  2 batches of 4 training pairs accumulated, AdamW;
 - ``decode``: 32 tokens of greedy generation with the cache by the same model, from a prompt
   of 16 tokens.
 
@@ -54,6 +57,8 @@ def workload(name):
     import numpy as np
     from bench_finetune_step import ALPHA, TARGETS, R, batch, our_model
 
+    if name == "tutor":
+        return tutor_step()
     args = argparse.Namespace(size="smollm2")
     model = our_model(args)
     if name == "finetune":
@@ -75,6 +80,37 @@ def workload(name):
 
     prompt = np.random.default_rng(1).integers(0, model.config.vocab_size, (1, 16))
     return lambda: generate(model, prompt, 32)
+
+
+def tutor_step():
+    """One step of the fine-tuning demo with its defaults: SmolLM2-135M-Instruct, r = 8 on its
+    seven maps, 2 batches of 4 training pairs accumulated, AdamW (examples/tutor.py)."""
+    from transformer_np import Adam
+    from transformer_np.examples.finetune import load_smollm2_model
+    from transformer_np.examples.tutor import (
+        TARGETS,
+        accumulated_gradients,
+        batches_of,
+        encode_pair,
+        load_pairs,
+        make_batch,
+    )
+    from transformer_np.lora import add_lora, lora_params
+
+    model, tokenizer = load_smollm2_model()
+    pairs = load_pairs("train")[:8]
+    examples = [encode_pair(tokenizer, p["question"], p["answer"]) for p in pairs]
+    batches = [make_batch(b, tokenizer.eos_id) for b in batches_of(examples, 4)]
+    add_lora(model, 8, 16, targets=TARGETS, rng=0)
+    params = lora_params(model)
+    optimizer = Adam(params, lr=1e-4, weight_decay=0.01)
+    model.train()
+
+    def step():
+        _, grads = accumulated_gradients(model, batches, params)
+        optimizer.step(grads)
+
+    return step
 
 
 def worker(name, steps) -> None:
@@ -118,7 +154,7 @@ def fair_slowdown(w: int, c: int, n: int) -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--workload", choices=("finetune", "decode"), default="finetune")
+    parser.add_argument("--workload", choices=("finetune", "tutor", "decode"), default="finetune")
     parser.add_argument("--competitors", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, help="every thread variable set to this")
