@@ -113,6 +113,7 @@ def make_batch(examples, pad_id):
     return ids, targets
 
 
+# --8<-- [start:warmup_cosine]
 class WarmupCosine:
     """A learning rate that grows linearly for ``warmup`` steps, then comes down as a cosine.
 
@@ -132,6 +133,7 @@ class WarmupCosine:
 
     def __repr__(self):
         return f"WarmupCosine(peak={self.peak:g}, warmup={self.warmup}, total={self.total})"
+        # --8<-- [end:warmup_cosine]
 
 
 def batches_of(examples, size):
@@ -163,6 +165,7 @@ def heldout_loss(model, examples, pad_id, *, batch_size=8, bar=None):
     return total / count
 
 
+# --8<-- [start:accumulated_gradients]
 def accumulated_gradients(model, batches, params):
     """The loss and the gradients of ``params`` over several batches, as if they were one.
 
@@ -197,6 +200,7 @@ def accumulated_gradients(model, batches, params):
         for name in grads:
             grads[name] += model.grads[name]
     return loss, grads
+    # --8<-- [end:accumulated_gradients]
 
 
 def tutor_answer(model, tokenizer, question, *, max_new_tokens=60):
