@@ -266,8 +266,9 @@ class Module(metaclass=LayerType):
 
     def train(self, mode: bool = True) -> Module:
         """Switch dropout on (``mode=True``) or off in this layer and all below; returns self."""
-        for m in self.modules():
-            m.training = bool(mode)
+        self.training = bool(mode)
+        for child in self._children.values():  # a call per layer (each decoding call makes two)
+            child.train(mode)
         return self
 
     def eval(self) -> Module:

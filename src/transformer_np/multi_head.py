@@ -301,19 +301,18 @@ class MultiHeadAttention(NamedMaps):
         q_map, k_map, v_map, o_map = (m.decode_step(B) for m in (*maps, self.o))
         fused = not cross and all(type(m) is Linear for m in maps)
         if fused:  # the three maps as one, x @ [W_q W_k W_v]: (B, D) -> (B, D + 2 Hkv Dh)
-            W = np.concatenate([m.params["W"] for m in maps], axis=1)
-            three = Linear(D, W.shape[1], bias=self.has_bias, dtype=W.dtype, init="zeros")
-            three.params["W"] = W
-            if self.has_bias:
-                three.params["b"] = np.concatenate([m.params["b"] for m in maps])
-            qkv, ends = three.decode_step(B), (D, D + Hkv * Dh)
+            W_qkv = np.concatenate([m.params["W"] for m in maps], axis=1)
+            b_qkv = np.concatenate([m.params["b"] for m in maps]) if self.has_bias else None
+            ends = (D, D + Hkv * Dh)
         if cross:  # the memory's B S rows, once: a bias of one row fits any number of rows
             k_map, v_map = self.k.decode_step(1), self.v.decode_step(1)
 
         def project(x):
             """x (B, D) -> q (B, H, 1, Dh), k and v (B, Hkv, 1, Dh)."""
             if fused:
-                y = qkv(x)
+                y = np.dot(x, W_qkv)  # (B, D + 2 Hkv Dh)
+                if b_qkv is not None:
+                    y += b_qkv
                 q, k, v = y[:, : ends[0]], y[:, ends[0] : ends[1]], y[:, ends[1] :]
             else:
                 q, k, v = q_map(x), k_map(x), v_map(x)
