@@ -171,23 +171,10 @@ def accumulated_gradients(model, batches, params):
 
     Each batch's loss is the mean over its answer tokens; weighted by its share of all the
     answer tokens, the sum is the mean over all of them, and so is the sum of the gradients
-    (gradient accumulation: the memory of one batch, the gradient of all).
-
-    Parameters
-    ----------
-    model : LlamaModel
-        With adapters; its ``grads`` after each backward pass hold ``params``' gradients.
-    batches : list of (ndarray, ndarray)
-        ``(ids, targets)`` of each batch (:func:`make_batch`).
-    params : dict of str to ndarray
-        The trainable parameters (:func:`~transformer_np.lora.lora_params`).
-
-    Returns
-    -------
-    loss : float
-        The mean cross-entropy over the answer tokens of all the batches.
-    grads : dict of str to ndarray
-        Its gradient, for each of ``params``.
+    (gradient accumulation: the memory of one batch, the gradient of all). ``model``: a
+    LlamaModel with adapters; ``batches``: the ``(ids, targets)`` of :func:`make_batch`;
+    ``params``: the trainable ones (:func:`~transformer_np.lora.lora_params`). Returns the mean
+    cross-entropy over the answer tokens of all the batches and its gradient, per parameter.
     """
     loss_fn = CrossEntropyLoss(ignore_index=IGNORE)
     n_total = sum(int((targets != IGNORE).sum()) for _, targets in batches)
