@@ -90,7 +90,8 @@ TEXT = {
     "it": {
         "header": ["carico di lavoro", "nostro ({u})", "{ref} ({u})", "tetto NumPy ({u})"],
         "ratios": ["× {ref}", "nostro / tetto"],
-        "rounds": "Mediane di {rounds} giri alternati, ogni implementazione nel suo processo.",
+        "rounds": "Mediane di {rounds} giri alternati, ogni implementazione nel suo processo; fra "
+        "parentesi, il rapporto più basso e il più alto di un singolo giro.",
         "machine": "Macchina: {cpu}, {cores} core; {versions}.",
         "threads": "Thread: {threads}.",
         "load": "Carico medio (1 min): {l0} prima, {l1} dopo; {date}.",
@@ -157,7 +158,8 @@ TEXT = {
     "en": {
         "header": ["workload", "ours ({u})", "{ref} ({u})", "NumPy ceiling ({u})"],
         "ratios": ["× {ref}", "ours / ceiling"],
-        "rounds": "Medians of {rounds} interleaved rounds, each implementation in its own process.",
+        "rounds": "Medians of {rounds} interleaved rounds, each implementation in its own process; "
+        "in brackets, the lowest and the highest ratio of a single round.",
         "machine": "Machine: {cpu}, {cores} cores; {versions}.",
         "threads": "Threads: {threads}.",
         "load": "Load average (1 min): {l0} before, {l1} after; {date}.",
@@ -431,6 +433,17 @@ def threads_text(value) -> str:
     return f"{main} (BLAS {blas})" if blas and blas != main else str(main)
 
 
+def round_range(e: dict) -> str:
+    """`` (lo–hi)``: the least and the largest reference time / our time of a single round, or
+    nothing without the times of each round (the sides are timed in the same rounds)."""
+    ours = (e.get("ours") or {}).get("times_s") or []
+    ref = (e.get("reference") or {}).get("times_s") or []
+    if len(ours) < 2 or len(ours) != len(ref):
+        return ""
+    ratios = [r / o for o, r in zip(ours, ref, strict=True)]
+    return f" ({min(ratios):.2f}–{max(ratios):.2f})"
+
+
 def _rounds(res: dict) -> str:
     """The rounds behind the medians: one number, or a range when the sizes differ."""
     counts = {len(e["ours"]["times_s"]) for e in res["sizes"] if e.get("ours", {}).get("times_s")}
@@ -480,7 +493,7 @@ def markdown(res: dict, lang: str) -> str:
     lines = ["| " + " | ".join(head) + " |", "|---|" + "--:|" * (len(head) - 1)]
     for e in res["sizes"]:
         cells = [_fmt(e[s]["median_s"] * k) if e.get(s) else "–" for s in SIDES]
-        x = f"{e['x_reference']:.2f}" if e.get("x_reference") else "–"
+        x = f"{e['x_reference']:.2f}{round_range(e)}" if e.get("x_reference") else "–"
         c = f"{e['ours_over_ceiling']:.2f}" if e.get("ours_over_ceiling") else "–"
         row = [*cells, x, c] if ceiling else [*cells[:2], x]
         lines.append(f"| {label(res, e, lang)} | " + " | ".join(row) + " |")
@@ -554,7 +567,7 @@ def versions_table(res: dict, lang: str) -> str:
         vs = f"{r['vs_torch']:.2f}" if r.get("vs_torch") is not None else "–"
         lines.append(
             f"| {name}{star} | {r['n']} | {r['median_s'] * 1e3:.1f} | {r['gflops']:.1f} | "
-            f"{r['pct_peak']:.0f} | {vs} | {r['peak_extra_bytes'] / 2**20:.1f} |"
+            f"{100 * r['gflops'] / mp['gflops']:.0f} | {vs} | {r['peak_extra_bytes'] / 2**20:.1f} |"
         )
     lines += [
         "",
