@@ -44,7 +44,7 @@ def figure(lang: str) -> Figure:
     axes = fig.subplots(1, n_heads, sharey=True)
     for h, ax in enumerate(axes):
         image = ax.imshow(weights[h], cmap="viridis", vmin=0.0, vmax=weights.max())
-        ax.set_title(t["head"].format(h + 1))
+        ax.set_title(t["head"].format(h))
         ax.set_xticks(range(n))
         ax.set_yticks(range(n))
         ax.set_xlabel(t["key"])
