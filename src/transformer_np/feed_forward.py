@@ -74,6 +74,8 @@ class FeedForward(Module):
         self.cache = {"h": h.reshape(-1, self.d_ff), "slope": slope}  # h: (N, d_ff), a view
         return y
 
+    # --8<-- [end:feed_forward]
+
     def decode_step(self, B, watch=None):
         """``forward`` on (B, D) rows: the two maps' steps around the activation."""
         first, second = self.linear1.decode_step(B), self.linear2.decode_step(B)
@@ -82,8 +84,6 @@ class FeedForward(Module):
             zero = constant((B, self.d_ff), 0, dtype)
             return lambda x: second(np.maximum(first(x), zero))
         return lambda x: second(gelu_rows(first(x)))  # the exact GELU
-
-    # --8<-- [end:feed_forward]
 
     def backward(self, grad_output):
         """dL/dy (..., D) -> dL/dx (..., D); ``grads`` gets both Linear layers'. GELU'(h) = Phi(h) +
