@@ -136,8 +136,14 @@ def test_bad_arguments_are_named(rng, kwargs, error, message):
 
 
 def test_a_batch_of_prompts_is_refused(rng):
-    with pytest.raises(ValueError, match=r"beam search takes one prompt .* got 2"):
-        beam_search(tiny_lm(rng), np.array([[1, 2], [3, 4]]), 3, num_beams=2)
+    batch = np.array([[1, 2], [3, 4]])
+    expected = r"prompt must be an integer array of shape \(1, T0\), got int64 of shape \(2, 2\)"
+    with pytest.raises(ValueError, match=expected):  # beam_search's signature says B = 1
+        beam_search(tiny_lm(rng), batch, 3, num_beams=2)
+    with pytest.raises(
+        ValueError, match=r"beam search takes one prompt .* got 2 \(shape \(2, 2\)\)"
+    ):
+        generate(tiny_lm(rng), batch, 3, num_beams=2)  # generate's (B, T0): its validator says it
 
 
 def test_beams_that_would_slide_the_window_are_refused(rng):

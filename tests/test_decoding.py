@@ -284,6 +284,51 @@ def test_bad_generation_arguments_raise_clear_errors():
         translate(translator(), np.array([[3, 4]]), 5, bos_id=14)
 
 
+@pytest.mark.parametrize(
+    "bad, got",
+    [
+        (np.array([[1.0, 2.0]]), "float64 of shape (1, 2)"),
+        (np.array([[True, False]]), "bool of shape (1, 2)"),
+        (np.array([1, 2]), "int64 of shape (2,)"),
+        ([[1, 2], [3]], "list"),
+    ],
+)
+def test_token_ids_are_checked_by_their_annotation(bad, got):
+    """The signature's (B, T0) or (B, S) integer array: the message names the argument, the
+    expected dtype and shape, and what was received; ``stream`` says it when it is called."""
+    calls = {
+        "generate": (lambda: generate(language_model(), bad, 3), "prompt", "(B, T0)"),
+        "stream": (lambda: stream(language_model(), bad, 3), "prompt", "(B, T0)"),
+        "translate": (lambda: translate(translator(), bad, 3, bos_id=1), "src", "(B, S)"),
+    }
+    for where, (call, name, shape) in calls.items():
+        expected = f"{where}: {name} must be an integer array of shape {shape}, got {got}"
+        error = TypeError if got == "list" or not got.startswith("int") else ValueError
+        with pytest.raises(error, match=re.escape(expected)):
+            call()
+
+
+def test_token_ids_as_lists_or_other_integer_dtypes_give_the_same_tokens():
+    model, model_t = language_model(), translator()
+    tokens = generate(model, PROMPT, 3)
+    translated = translate(model_t, SRC, 3, bos_id=1)
+    for ids, src in [
+        (PROMPT.tolist(), SRC.tolist()),
+        (PROMPT.astype(np.int32), SRC.astype(np.uint8)),
+    ]:
+        got = generate(model, ids, 3)
+        assert got.dtype == np.int64 and np.array_equal(got, tokens)
+        assert np.array_equal(np.column_stack([PROMPT, *stream(model, ids, 3)]), tokens)
+        assert np.array_equal(translate(model_t, src, 3, bos_id=1), translated)
+
+
+def test_empty_token_ids_are_refused_by_value():
+    with pytest.raises(ValueError, match=r"prompt must hold at least one sequence of one token"):
+        generate(language_model(), [[]], 3)  # a (1, 0) integer array: it fits the annotation
+    with pytest.raises(ValueError, match=r"src must hold at least one sequence of one token"):
+        translate(translator(), np.zeros((0, 3), dtype=int), 3, bos_id=1)
+
+
 def test_mode_is_restored_when_translate_fails_on_the_source():
     model = small_translator().train()
     with pytest.raises(ValueError, match="src"):

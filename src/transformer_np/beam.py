@@ -11,6 +11,7 @@ K = 2 ``num_beams`` candidates per step, n tokens generated so far.
 from __future__ import annotations
 
 import numpy as np
+from jaxtyping import Integer
 
 from ._checks.boundary import checked, run_or_blame
 from ._checks.generation import check_beam_search
@@ -24,7 +25,7 @@ __all__ = ["beam_search"]
 # --8<-- [start:beam_search]
 def beam_search(
     model,
-    prompt,
+    prompt: Integer[np.ndarray, "1 T0"],
     max_new_tokens,
     *,
     num_beams,

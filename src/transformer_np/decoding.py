@@ -11,6 +11,7 @@ Shape glossary: B batch, T0 prompt length, S source length, V vocabulary.
 from __future__ import annotations
 
 import numpy as np
+from jaxtyping import Integer
 
 from ._checks.boundary import checked, run_or_blame
 from ._checks.generation import check_generate, check_stream, check_translate
@@ -24,7 +25,7 @@ __all__ = ["generate", "stream", "translate"]
 # --8<-- [start:generate]
 def generate(
     model,
-    prompt,
+    prompt: Integer[np.ndarray, "B T0"],
     max_new_tokens,
     *,
     temperature=0.0,
@@ -105,7 +106,7 @@ def generate(
 # --8<-- [start:stream]
 def stream(
     model,
-    prompt,
+    prompt: Integer[np.ndarray, "B T0"],
     max_new_tokens,
     *,
     temperature=0.0,
@@ -155,7 +156,7 @@ def stream(
 @checked(check_translate)
 def translate(
     model,
-    src,
+    src: Integer[np.ndarray, "B S"],
     max_len,
     *,
     bos_id,
