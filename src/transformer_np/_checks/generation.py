@@ -3,6 +3,8 @@
 Each takes its entry point's arguments by name (defaults filled in) and returns them checked, as
 a dict (see :func:`.boundary.checked`). The model is recognised by its configuration, so that
 generation needs nothing from the model classes but ``config``, ``new_cache`` and ``forward``.
+The token ids (``prompt``, ``src``) arrive as integer arrays of two axes: their annotations in
+the signature checked the dtype and the shape (:mod:`.shapes`); the validators check the values.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from .general import (
     is_a,
     shape_str,
 )
-from .models import check_ids
+from .models import check_id_values
 
 # -- generate and stream ------------------------------------------------------------------------
 
@@ -39,7 +41,7 @@ def check_decoder_only(model):
 
 def check_stream(model, prompt, max_new_tokens, temperature, top_k, top_p, rng, use_cache, keep):
     cfg = check_decoder_only(model)
-    prompt = check_ids(prompt, "prompt", cfg.vocab_size, cfg.max_len, 0, model.context_limit)
+    prompt = check_id_values(prompt, "prompt", cfg.vocab_size, cfg.max_len, 0, model.context_limit)
     n_new = check_positive_int(max_new_tokens, "max_new_tokens")
     return {
         "model": model,
@@ -129,8 +131,8 @@ def check_beam_search(
     use_cache,
 ):  # fmt: skip
     cfg = check_decoder_only(model)
-    prompt = check_ids(prompt, "prompt", cfg.vocab_size, cfg.max_len, 0, model.context_limit)
-    if prompt.shape[0] != 1:
+    prompt = check_id_values(prompt, "prompt", cfg.vocab_size, cfg.max_len, 0, model.context_limit)
+    if prompt.shape[0] != 1:  # beam_search's annotation says it; generate's (B, T0) does not
         raise ValueError(
             f"beam search takes one prompt (shape (1, T0)), got {prompt.shape[0]} "
             f"(shape {shape_str(prompt.shape)}): call it once per prompt"
@@ -303,7 +305,7 @@ def check_translate(
                 f"eos_id must differ from pad_id = {pad}: the padding token is never generated, "
                 f"so it could not end a sequence. Got eos_id = {eos_id}"
             )
-    src = check_ids(src, "src", cfg.src_vocab_size, cfg.max_len)
+    src = check_id_values(src, "src", cfg.src_vocab_size, cfg.max_len)
     beams = check_num_beams(num_beams)
     if beams > 1:
         no_sampling_with_beams(beams, temperature, top_k, top_p, rng)

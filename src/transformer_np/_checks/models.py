@@ -286,10 +286,17 @@ def check_ids(ids, name, vocab_size, max_len, start=0, context=None):
     """
     from .general import as_typed_array
 
-    limit, fix = context or ("the positional table", "build the model with a larger max_len")
     arr = as_typed_array(ids, name, "iu", "an array of integer token ids")
     if arr.ndim != 2:
         raise ValueError(f"{name} must have shape (B, T) (a batch of sequences), got {arr.shape}")
+    return check_id_values(arr, name, vocab_size, max_len, start, context)
+
+
+def check_id_values(arr, name, vocab_size, max_len, start=0, context=None):
+    """``arr``, a 2-D integer array (B, T) of token ids (its dtype and number of axes checked,
+    by :func:`check_ids` or by an annotation), if it holds at least one sequence of one token,
+    start + T <= max_len and every id is in [0, vocab_size)."""
+    limit, fix = context or ("the positional table", "build the model with a larger max_len")
     if arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"{name} must hold at least one sequence of one token, got {arr.shape}")
     if start + arr.shape[1] > max_len:
