@@ -94,20 +94,26 @@ def _box(ax, xy, text, shape, color):
     )
 
 
-def _arrow(ax, start, end, color, label=None, label_xy=None, **label_kw):
-    (x0, y0), (x1, y1) = start, end
-    dx = 0.9 if x1 > x0 else -0.9 if x1 < x0 else 0
-    dy = 0.45 if y1 > y0 and dx == 0 else -0.45 if y1 < y0 and dx == 0 else 0
+def _curve(ax, start, end, color, bend=0.0):
+    """An arrow from ``start`` to ``end``, straight or bent (``bend``: matplotlib's arc3 rad)."""
     ax.add_patch(
         FancyArrowPatch(
-            (x0 + dx, y0 + dy),
-            (x1 - dx, y1 - dy),
+            start,
+            end,
             arrowstyle="-|>",
             mutation_scale=13,
             color=color,
             linewidth=1.4,
+            connectionstyle=f"arc3,rad={bend}",
         )
     )
+
+
+def _arrow(ax, start, end, color, label=None, label_xy=None, **label_kw):
+    (x0, y0), (x1, y1) = start, end
+    dx = 0.9 if x1 > x0 else -0.9 if x1 < x0 else 0
+    dy = 0.45 if y1 > y0 and dx == 0 else -0.45 if y1 < y0 and dx == 0 else 0
+    _curve(ax, (x0 + dx, y0 + dy), (x1 - dx, y1 - dy), color)
     if label:
         lx, ly = label_xy if label_xy else ((x0 + x1) / 2, (y0 + y1) / 2 + 0.3)
         ax.text(lx, ly, label, ha="center", va="center", fontsize=9, color=color, **label_kw)
@@ -136,30 +142,10 @@ def figure(lang: str) -> Figure:
     ax.text(2.6, 5.35, t["scores"], ha="center", fontsize=9, color=FORWARD)
     _arrow(ax, p["S"], p["A"], FORWARD, t["softmax"], (5.8, 5.0))
     _arrow(ax, p["A"], p["O"], FORWARD, "$O = AV$", (9.0, 5.25))
-    ax.add_patch(
-        FancyArrowPatch(
-            (8.25, 6.0),
-            (10.6, 4.95),
-            arrowstyle="-|>",
-            mutation_scale=13,
-            color=FORWARD,
-            linewidth=1.4,
-            connectionstyle="arc3,rad=-0.25",
-        )
-    )
+    _curve(ax, (8.25, 6.0), (10.6, 4.95), FORWARD, bend=-0.25)
 
     _arrow(ax, d["O"], d["A"], BACKWARD, "$G\\,V^\\top$", (9.0, 1.85))
-    ax.add_patch(
-        FancyArrowPatch(
-            (10.6, 1.05),
-            (8.25, 0.0),
-            arrowstyle="-|>",
-            mutation_scale=13,
-            color=BACKWARD,
-            linewidth=1.4,
-            connectionstyle="arc3,rad=-0.25",
-        )
-    )
+    _curve(ax, (10.6, 1.05), (8.25, 0.0), BACKWARD, bend=-0.25)
     ax.text(10.2, 0.1, "$A^\\top G$", ha="center", fontsize=9, color=BACKWARD)
     _arrow(ax, d["A"], d["S"], BACKWARD, t["jacobian"], (5.8, 2.3))
     _arrow(ax, d["S"], d["Q"], BACKWARD)

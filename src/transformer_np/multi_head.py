@@ -297,15 +297,17 @@ class MultiHeadAttention(NamedMaps):
         """
         H, Hkv, Dh, D = self.n_heads, self.n_kv_heads, self.d_head, self.d_model
         G, scale = H // Hkv, math.sqrt(Dh)  # (a Python float: the arrays keep their dtype)
-        maps = (self.q, self.k, self.v)
-        q_map, k_map, v_map, o_map = (m.decode_step(B) for m in (*maps, self.o))
+        maps, o_map = (self.q, self.k, self.v), self.o.decode_step(B)
         fused = not cross and all(type(m) is Linear for m in maps)
         if fused:  # the three maps as one, x @ [W_q W_k W_v]: (B, D) -> (B, D + 2 Hkv Dh)
             W_qkv = np.concatenate([m.params["W"] for m in maps], axis=1)
             b_qkv = np.concatenate([m.params["b"] for m in maps]) if self.has_bias else None
             ends = (D, D + Hkv * Dh)
-        if cross:  # the memory's B S rows, once: a bias of one row fits any number of rows
+        elif cross:  # the memory's B S rows, once: a bias of one row fits any number of rows
+            q_map = self.q.decode_step(B)
             k_map, v_map = self.k.decode_step(1), self.v.decode_step(1)
+        else:
+            q_map, k_map, v_map = (m.decode_step(B) for m in maps)
 
         def project(x):
             """x (B, D) -> q (B, H, 1, Dh), k and v (B, Hkv, 1, Dh)."""

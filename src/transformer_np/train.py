@@ -27,7 +27,7 @@ from ._checks.training import (
     check_metrics,
     check_train_step,
 )
-from ._kernels.threads import blas_single_threaded, share_cores
+from ._kernels.threads import blas_single_threaded
 from .checkpoints import save_model
 from .clipping import clip_grad_norm, global_norm
 from .losses import CrossEntropyLoss
@@ -191,7 +191,6 @@ def fit(
     start = time.perf_counter()
     with progress_bar(steps, desc, stream, progress) as bar, training(model, single_blas_thread):
         for step in range(1, steps + 1):
-            share_cores()  # BLAS on the cores other processes leave free
             lr = optimizer.current_lr()
             try:
                 loss, norm = train_step(

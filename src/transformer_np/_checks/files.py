@@ -68,17 +68,35 @@ def check_save_path(path, overwrite, argument, overwrite_option):
             f"{argument} {given!r} ends in {suffix!r}: a checkpoint is an .npz archive; give a "
             f"name ending in .npz, or no suffix and .npz is added ({stem + SUFFIX!r})"
         )
+    check_writable_folder(os.path.dirname(os.path.abspath(given)), given, argument)
     target = given if suffix else given + SUFFIX
     return check_destination(target, overwrite, argument, overwrite_option)
 
 
-def check_destination(target, overwrite, argument, overwrite_option):
-    """``target`` if its folder exists and it may be written (a file only with ``overwrite``)."""
-    folder = os.path.dirname(os.path.abspath(target))
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(
-            f"cannot save to {target!r}: the directory {folder!r} does not exist"
+def check_writable_folder(into, given, argument):
+    """A new file or folder ``given`` (the value of ``argument``) is to be made in the folder
+    ``into``, before any work: an OSError that says why not, unless ``into`` exists, is a
+    folder (nothing can be created under a file) and the user may write in it."""
+    existing = into
+    while not os.path.exists(existing):  # the nearest part of the path that is there
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise NotADirectoryError(
+            f"{argument} {given!r}: {existing!r} is a file, not a folder, so nothing can be "
+            "created under it; expected a path in a folder you can write"
         )
+    if existing != into:
+        raise FileNotFoundError(f"{argument} {given!r}: the directory {into!r} does not exist")
+    if not os.access(into, os.W_OK | os.X_OK):
+        raise PermissionError(
+            f"{argument} {given!r}: the folder {into!r} cannot be written (no permission); "
+            "expected a path in a folder you can write"
+        )
+
+
+def check_destination(target, overwrite, argument, overwrite_option):
+    """``target``, in a folder already checked, if it may be written (a file only with
+    ``overwrite``)."""
     if os.path.isdir(target):
         raise IsADirectoryError(f"cannot save to {target!r}: it is a directory")
     if os.path.lexists(target) and not overwrite:
@@ -214,39 +232,8 @@ def non_empty_text(text):
     return text
 
 
-# -- command-line destinations --------------------------------------------------------------------
-
-
 def path_text(text):
     """argparse type: a path (a file or a folder), not empty and not only spaces."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"must be a path, got {text!r}")
     return text
-
-
-def destination_problem(path, argument, *, folder=False):
-    """What stops a command writing to ``path`` (given as ``argument``), or None; before any work.
-
-    A file is created in the folder that holds it; a folder (``folder=True``) is filled with
-    files, in it if it exists, else it is created in its parent. That folder must exist, be a
-    folder (not a file: nothing can be created under a file) and be writable by the user.
-    """
-    given = os.fspath(path)
-    full = os.path.abspath(given)
-    into = full if folder and os.path.isdir(full) else os.path.dirname(full)
-    existing = into
-    while not os.path.exists(existing):  # the nearest part of the path that is there
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        return (
-            f"{argument} {given!r}: {existing!r} is a file, not a folder, so nothing can be "
-            "created under it; expected a path in a folder you can write"
-        )
-    if existing != into:
-        return f"{argument} {given!r}: the directory {into!r} does not exist"
-    if not os.access(into, os.W_OK | os.X_OK):
-        return (
-            f"{argument} {given!r}: the folder {into!r} cannot be written (no permission); "
-            "expected a path in a folder you can write"
-        )
-    return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from .files import destination_problem
+from .files import check_writable_folder
 
 # the files a run writes in its --save folder: the adapter (PEFT's names) and the log of the run
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
@@ -26,8 +26,13 @@ def check_save_folder(folder, overwrite):
     given = os.fspath(folder)
     if os.path.exists(given) and not os.path.isdir(given):
         return f"--save {given!r} is a file: give a folder (the adapter is two files and a log)"
-    if problem := destination_problem(given, "--save", folder=True):
-        return problem  # under a file, in a missing directory, or where the user cannot write
+    # an existing folder is filled, a new one is made in its parent
+    full = os.path.abspath(given)
+    into = full if os.path.isdir(full) else os.path.dirname(full)
+    try:
+        check_writable_folder(into, given, "--save")
+    except OSError as exc:  # under a file, in a missing directory, or where the user cannot write
+        return str(exc)
     present = [n for n in (*ADAPTER_FILES, LOG_FILE) if os.path.lexists(os.path.join(given, n))]
     if present and not overwrite:
         return (

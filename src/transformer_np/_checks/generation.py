@@ -229,9 +229,9 @@ def check_length_divisor(alpha, penalty, max_new_tokens) -> None:
     is the largest |ln lp(n)|."""
     n = max_new_tokens
     base, formula = ((5 + n) / 6, "((5 + n) / 6)") if penalty == "gnmt" else (n, "n")
-    if base > 1 and abs(alpha) * math.log(base) > LOG_LP_LIMIT:
+    reach = alpha * math.log(base)  # ln lp(n) at n = max_new_tokens (0 for a base of 1)
+    if abs(reach) > LOG_LP_LIMIT:
         most = LOG_LP_LIMIT / math.log(base)
-        reach = alpha * math.log(base)  # ln lp(n), of alpha's sign
         raise ValueError(
             f"length_penalty must be in [-{most:.4g}, {most:.4g}] for {n} new tokens: the length "
             f"divisor lp(n) = {formula} ** alpha would reach e^{reach:.4g} at n = {n}, and the "

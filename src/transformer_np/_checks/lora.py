@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from .._peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS, lora_layers
-from .files import as_path_text
+from .files import as_path_text, check_writable_folder
 from .general import (
     check_bool,
     check_finite,
@@ -153,12 +153,10 @@ def check_save_lora(folder, model, base_model, overwrite):
     text = as_path_text(folder, "folder")
     if os.path.lexists(text) and not os.path.isdir(text):
         raise NotADirectoryError(f"cannot save to {text!r}: it is a file, not a folder")
-    if not os.path.isdir(text):  # created by save_lora, in a folder that must exist
-        parent = os.path.dirname(os.path.abspath(text))
-        if not os.path.isdir(parent):
-            raise FileNotFoundError(
-                f"cannot save to {text!r}: the directory {parent!r} does not exist"
-            )
+    # an existing folder is filled, a new one is made by save_lora in its parent
+    full = os.path.abspath(text)
+    into = full if os.path.isdir(full) else os.path.dirname(full)
+    check_writable_folder(into, text, "folder")
     for name in (ADAPTER_WEIGHTS, ADAPTER_CONFIG):
         target = os.path.join(text, name)
         if os.path.isdir(target):

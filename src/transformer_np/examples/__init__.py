@@ -14,13 +14,7 @@ import sys
 import tempfile
 from importlib import resources
 
-from .._checks.files import (
-    destination_problem,
-    non_negative_int,
-    path_text,
-    positive_float,
-    positive_int,
-)
+from .._checks.files import non_negative_int, path_text, positive_float, positive_int
 from ..checkpoints import checkpoint_path, load_model
 
 
@@ -104,13 +98,12 @@ def parse_training_arguments(parser, argv):
     if args.overwrite and args.save is None:
         parser.error("--overwrite lets --save replace an existing file: it needs --save FILE")
     if args.save is not None:
-        if problem := destination_problem(args.save, "--save"):
-            parser.error(problem)  # under a file, in a missing directory, or not writable
         try:
             args.save = checkpoint_path(
                 args.save, args.overwrite, argument="--save", overwrite_option="--overwrite"
             )
-        except (OSError, ValueError) as exc:  # a folder, a missing directory, an existing file
+        except (OSError, ValueError) as exc:  # a folder, a destination that cannot be written, an
+            # existing file
             parser.error(str(exc))
     return args
 
